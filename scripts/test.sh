@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The test suite, against real servers: starts a throw-away PostgreSQL and RabbitMQ (installing the
+# Debian packages when missing and run as root), runs ruff, mypy and pytest, and stops the servers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/services.sh
+. scripts/services.sh
+start_postgres
+ruff check src tests bench
+ruff format --check src tests bench
+mypy
+python -m pytest "$@"

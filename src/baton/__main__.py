@@ -1,0 +1,3 @@
+from baton.cli import main
+
+main()

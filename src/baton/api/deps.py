@@ -1,0 +1,38 @@
+"""Shared request plumbing: the store, settings and metrics of the running app.
+
+Endpoints open their transaction with `with store.session()` themselves, so it commits before the
+response leaves: a client never sees a popped task whose pop was not committed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from baton.config import Settings
+from baton.metrics import Metrics
+from baton.store import Store
+
+
+def get_store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_metrics(request: Request) -> Metrics:
+    metrics: Metrics = request.app.state.metrics
+    return metrics
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[Store, Depends(get_store)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+
+
+Responses = dict[int | str, dict[str, Any]]

@@ -1,0 +1,45 @@
+"""Configuration from BATON_* environment variables (pydantic-settings); CLI flags override them."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATABASE_URL = "sqlite:///baton.db"
+
+
+def normalise_database_url(url: str) -> str:
+    """Accept plain ``postgresql://`` URLs and route them to psycopg 3."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="BATON_", extra="ignore")
+
+    database_url: str = Field(DEFAULT_DATABASE_URL, description="SQLAlchemy URL of the store.")
+    amqp_url: str = Field("amqp://guest:guest@127.0.0.1:5672/%2F", description="RabbitMQ URL.")
+    host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
+    port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API listens on.")
+    queue_maxsize: int = Field(10_000, ge=0, description="Queued tasks per queue; 0 means unbounded.")
+    max_data_bytes: int = Field(64 * 1024, ge=1, description="Largest JSON `data` accepted per task.")
+    list_limit_max: int = Field(1000, ge=1, description="Largest `limit` a listing accepts.")
+    grace_period_seconds: float = Field(
+        86_400, ge=0, description="How long before the same boefje runs on the same object again."
+    )
+    heartbeat_interval_seconds: float = Field(5.0, gt=0, description="How often schedulers heartbeat.")
+    heartbeat_timeout_seconds: float = Field(
+        30.0, gt=0, description="A scheduler whose heartbeat is older than this is shown failed."
+    )
+    poll_interval_seconds: float = Field(1.0, gt=0, description="How often schedulers poll their inputs.")
+    reconcile_interval_seconds: float = Field(2.0, gt=0, description="How often the director reconciles.")
+    plugins_file: str | None = Field(None, description="YAML plugin catalogue seeded on migrate.")
+    log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+    log_json: bool = Field(False, description="Log as JSON lines instead of console text.")
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalise_url(cls, value: str) -> str:
+        return normalise_database_url(value)

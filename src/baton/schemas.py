@@ -1,0 +1,115 @@
+"""Pydantic models of the HTTP API: what goes over the wire, validated at the edge."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from baton.models import SchedulerState, SchedulerType, TaskStatus
+
+OrganisationId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$",
+        description="Letters, digits, '_', '.', '-'; starts with a letter or digit.",
+        examples=["acme"],
+    ),
+]
+Priority = Annotated[int, Field(ge=-(2**31), le=2**31 - 1, description="Lower pops first.")]
+TaskHash = Annotated[str, Field(min_length=1, max_length=256, description="Dedup key within the queue.")]
+# A filter spec: a list of filters (AND) or one {"and"|"or"|"not": [...]} group; see filters.py.
+FilterSpec = list[dict[str, Any]] | dict[str, Any]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OrganisationIn(StrictModel):
+    id: OrganisationId
+    name: str = Field(min_length=1, max_length=256)
+
+
+class OrganisationOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    name: str
+    created_at: datetime
+
+
+class QueueOut(BaseModel):
+    id: str
+    organisation: str
+    type: SchedulerType
+    size: int
+    maxsize: int
+    enabled: bool
+
+
+class PushIn(StrictModel):
+    priority: Priority
+    data: dict[str, Any]
+    hash: TaskHash | None = None
+    schedule_id: str | None = Field(None, max_length=64)
+
+
+class PopIn(StrictModel):
+    filters: FilterSpec | None = None
+
+
+class TaskOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: uuid.UUID
+    scheduler_id: str
+    schedule_id: str | None
+    organisation: str
+    type: SchedulerType
+    priority: int
+    status: TaskStatus
+    hash: str | None
+    data: dict[str, Any]
+    attempts: int
+    reason: str | None
+    created_at: datetime
+    modified_at: datetime
+
+
+class TaskPatch(StrictModel):
+    status: TaskStatus
+
+
+class TaskList(BaseModel):
+    count: int
+    results: list[TaskOut]
+
+
+class SchedulerOut(BaseModel):
+    id: str
+    organisation: str
+    type: SchedulerType
+    enabled: bool
+    maxsize: int
+    runner: str | None
+    state: SchedulerState
+    location: str | None
+    last_heartbeat: datetime | None
+
+
+class SchedulerPatch(StrictModel):
+    enabled: bool
+
+
+class PopResults(BaseModel):
+    results: list[TaskOut]
+
+
+class ErrorOut(BaseModel):
+    detail: Any
+    message: str | None = None
