@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import enum
+import os
+import signal
+import threading
 from typing import Annotated, Any
 
 import typer
@@ -9,8 +13,14 @@ import uvicorn
 
 from baton import __version__
 from baton.config import Settings
+from baton.director import Director
+from baton.leader import default_elector
 from baton.logs import configure_logging
-from baton.store import Store
+from baton.models import SchedulerType
+from baton.plugins import seed_catalogue
+from baton.runners import ProcessRunner, Runner, ThreadRunner
+from baton.schedulers import SchedulerContext, SchedulerSpec, build_scheduler
+from baton.store import Store, process_location
 
 app = typer.Typer(
     help="Baton: priority queues of scanning work per organisation, served over HTTP.",
@@ -48,13 +58,21 @@ def main_callback(
     """Baton command line."""
 
 
-@app.command()
-def migrate(database_url: DatabaseUrl = None) -> None:
-    """Create or upgrade the database schema to the newest version (safe to run repeatedly)."""
-    settings = load_settings(database_url=database_url)
-    configure_logging(settings.log_level, settings.log_json)
+def prepare_store(settings: Settings) -> Store:
+    """Open the store, apply migrations and seed the plugin catalogue (idempotent)."""
     store = Store(settings.database_url)
     store.migrate()
+    with store.session() as session:
+        seed_catalogue(session, settings.plugins_file)
+    return store
+
+
+@app.command()
+def migrate(database_url: DatabaseUrl = None) -> None:
+    """Create or upgrade the database schema and seed the plugin catalogue (safe to run repeatedly)."""
+    settings = load_settings(database_url=database_url)
+    configure_logging(settings.log_level, settings.log_json)
+    store = prepare_store(settings)
     typer.echo(f"database at {store.engine.url.render_as_string(hide_password=True)} is up to date")
 
 
@@ -63,16 +81,92 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Listen address; overrides BATON_HOST (127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Listen port; overrides BATON_PORT (8000).")] = None,
     database_url: DatabaseUrl = None,
+    no_director: Annotated[bool, typer.Option("--no-director", help="Serve the API only.")] = False,
 ) -> None:
-    """Run the HTTP API (applies migrations first). The embedded default: SQLite, nothing to install."""
+    """Run the HTTP API and, unless --no-director, a director with the thread runner in this process.
+
+    The embedded default: SQLite in ./baton.db, nothing else to install. Applies migrations first.
+    """
     from baton.api import create_app
 
     settings = load_settings(host=host, port=port, database_url=database_url)
     configure_logging(settings.log_level, settings.log_json)
-    store = Store(settings.database_url)
-    store.migrate()
-    api = create_app(settings, store)
+    store = prepare_store(settings)
+    services = [] if no_director else [build_director(store, settings, RunnerKind.thread)]
+    api = create_app(settings, store, services=services)
     uvicorn.run(api, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
+
+
+class RunnerKind(enum.StrEnum):
+    thread = "thread"
+    process = "process"
+
+
+def build_director(store: Store, settings: Settings, runner_kind: RunnerKind) -> Director:
+    runner: Runner
+    if runner_kind is RunnerKind.thread:
+        context = SchedulerContext(store=store, settings=settings, runner="thread", location=process_location())
+        runner = ThreadRunner(context)
+    else:
+        runner = ProcessRunner(store, settings.database_url)
+    return Director(store, settings, runner, default_elector(store))
+
+
+@app.command()
+def director(
+    runner: Annotated[RunnerKind, typer.Option(help="Where schedulers run.")] = RunnerKind.thread,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Director (leader) mode: run one scheduler per (organisation, type), started and stopped as
+    organisations come and go. Several directors may run; one leads (PostgreSQL advisory lock)."""
+    settings = load_settings(database_url=database_url)
+    configure_logging(settings.log_level, settings.log_json)
+    store = prepare_store(settings)
+    the_director = build_director(store, settings, runner)
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    the_director.start_in_background()
+    stop.wait()
+    the_director.stop()
+
+
+@app.command()
+def standalone(
+    organisation: Annotated[str, typer.Option(help="Organisation id.")],
+    scheduler: Annotated[SchedulerType, typer.Option(help="Scheduler type.")],
+    runner_name: Annotated[str, typer.Option(help="Runner name shown in /schedulers.")] = "standalone",
+    stop_timeout: Annotated[float, typer.Option(help="Seconds allowed for a graceful stop.")] = 10.0,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Stand-alone mode: run exactly one scheduler for one organisation in the foreground (what a
+    container runs). SIGTERM or SIGINT stop it gracefully; it exits 1 if the stop overruns."""
+    settings = load_settings(database_url=database_url)
+    configure_logging(settings.log_level, settings.log_json)
+    store = Store(settings.database_url)
+    spec = SchedulerSpec(organisation, scheduler)
+    context = SchedulerContext(store=store, settings=settings, runner=runner_name, location=process_location())
+    the_scheduler = build_scheduler(spec, context)
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        the_scheduler.stop()
+        # The deadline: a stop that hangs must not keep the container alive forever.
+        timer = threading.Timer(stop_timeout, lambda: os._exit(1))
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        the_scheduler.run()
+    except Exception as exc:
+        raise typer.Exit(1) from exc
+    finally:
+        store.dispose()
 
 
 def main() -> None:

@@ -158,6 +158,7 @@ class Task(Base):
             sqlite_where=text("status = 'queued' AND hash IS NOT NULL"),
         ),
         Index("ix_tasks_scheduler_status", "scheduler_id", "status", "seq"),
+        Index("ix_tasks_scheduler_hash", "scheduler_id", "hash"),
         Index("ix_tasks_status_modified", "status", "modified_at"),
     )
 
@@ -196,6 +197,8 @@ class Event(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # Set when the event was rejected as malformed or unprocessable: the row is its dead letter.
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (
         Index(

@@ -179,16 +179,16 @@ def record_heartbeat(
     runner: str,
     location: str,
     now: datetime | None = None,
-) -> bool:
-    """Write a scheduler's live state; False when its row is gone (organisation deleted)."""
+) -> Scheduler | None:
+    """Write a scheduler's live state; None when its row is gone (organisation deleted)."""
     row = session.get(Scheduler, scheduler_id)
     if row is None:
-        return False
+        return None
     row.state = state.value
     row.runner = runner
     row.location = location
     row.heartbeat_at = now or utcnow()
-    return True
+    return row
 
 
 def process_location() -> str:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
@@ -13,7 +16,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from baton import __version__
-from baton.api import organisations, queues, schedulers, tasks
+from baton.api import events, organisations, plugins, queues, reports, schedulers, tasks
 from baton.api.deps import MetricsDep, StoreDep
 from baton.config import Settings
 from baton.filters import FilterError
@@ -78,10 +81,33 @@ def _install_error_handlers(app: FastAPI) -> None:
         raise exc
 
 
-def create_app(settings: Settings | None = None, store: Store | None = None) -> FastAPI:
+class BackgroundService(Protocol):
+    def start_in_background(self) -> None: ...
+
+    def stop(self, timeout: float = 10.0) -> None: ...
+
+
+def create_app(
+    settings: Settings | None = None,
+    store: Store | None = None,
+    services: Sequence[BackgroundService] = (),
+) -> FastAPI:
+    """The API; `services` (e.g. the embedded director) start and stop with the server."""
     settings = settings or Settings()
     store = store or Store(settings.database_url)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        for service in services:
+            service.start_in_background()
+        try:
+            yield
+        finally:
+            for service in services:
+                await asyncio.to_thread(service.stop)
+
     app = FastAPI(
+        lifespan=lifespan,
         title="Baton",
         version=__version__,
         description="Priority queues of scanning work per organisation; pop is safe across replicas.",
@@ -112,6 +138,14 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         """Prometheus text exposition."""
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    for router in (organisations.router, queues.router, tasks.router, schedulers.router):
+    for router in (
+        organisations.router,
+        queues.router,
+        tasks.router,
+        schedulers.router,
+        events.router,
+        plugins.router,
+        reports.router,
+    ):
         app.include_router(router)
     return app

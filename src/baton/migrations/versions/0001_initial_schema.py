@@ -96,6 +96,7 @@ def upgrade() -> None:
         sa.Column("payload", sa.JSON(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("consumed_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("error", sa.Text(), nullable=True),
         sa.ForeignKeyConstraint(["scheduler_id"], ["schedulers.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("seq"),
     )
@@ -141,6 +142,7 @@ def upgrade() -> None:
             sqlite_where=sa.text("status = 'queued'"),
         )
         batch_op.create_index("ix_tasks_scheduler_status", ["scheduler_id", "status", "seq"], unique=False)
+        batch_op.create_index("ix_tasks_scheduler_hash", ["scheduler_id", "hash"], unique=False)
         batch_op.create_index("ix_tasks_status_modified", ["status", "modified_at"], unique=False)
         batch_op.create_index(
             "ix_tasks_type_pop",
@@ -172,6 +174,7 @@ def downgrade() -> None:
             sqlite_where=sa.text("status = 'queued'"),
         )
         batch_op.drop_index("ix_tasks_status_modified")
+        batch_op.drop_index("ix_tasks_scheduler_hash")
         batch_op.drop_index("ix_tasks_scheduler_status")
         batch_op.drop_index(
             "ix_tasks_pop",
