@@ -1,7 +1,8 @@
 """The pop filter language, compiled to SQL (never evaluated in Python after fetching).
 
 A filter is `{"column", "field"?, "operator", "value"}`; a list of them means AND; `{"and": [...]}`,
-`{"or": [...]}` and `{"not": [...]}` nest. `column` is a task column or `data`; `field` is a path
+`{"or": [...]}` and `{"not": [...]}` nest. Comparisons follow SQL: `ne` or `lt` on a field a task
+lacks does not match it, while `not` of a filter does select the tasks that filter did not match. `column` is a task column or `data`; `field` is a path
 into `data` whose levels are separated by `__` (`boefje__id` is `data["boefje"]["id"]`). On
 PostgreSQL `data` is JSONB and compared as JSON; on SQLite through `json_extract`/`json_each`.
 """
@@ -28,6 +29,7 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    type_coerce,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import InstrumentedAttribute
@@ -83,7 +85,8 @@ def _compile(spec: Any, dialect: str, depth: int) -> ColumnElement[bool]:
             return and_(true(), *parts)
         if key == "or":
             return or_(false(), *parts)
-        return not_(and_(true(), *parts))
+        # Null-safe: a task lacking the field does not match the inner filter, so `not` selects it.
+        return not_(func.coalesce(and_(true(), *parts), false()))
     return _compile_leaf(spec, dialect)
 
 
@@ -185,7 +188,8 @@ def _compile_column(column: str, operator: str, value: Any) -> ColumnElement[boo
 
 
 def _postgres_data(path: list[str], operator: str, value: Any) -> ColumnElement[bool]:
-    node: Any = Task.data[tuple(path)] if path else Task.data
+    document: Any = type_coerce(Task.data, JSONB)  # JSONB operators (#>, #>>, @>), not generic JSON's
+    node: Any = document[tuple(path)] if path else document
     if operator in ("like", "ilike"):
         text_value = node.astext if path else cast(Task.data, Text)
         matched: ColumnElement[bool] = text_value.like(value) if operator == "like" else text_value.ilike(value)

@@ -98,8 +98,12 @@ def push(
     data: dict[str, Any],
     task_hash: str | None = None,
     schedule_id: str | None = None,
+    task_id: uuid.UUID | None = None,
 ) -> PushResult:
-    """Queue a task. A queued task with the same hash gets the new priority instead of a twin."""
+    """Queue a task. A queued task with the same hash gets the new priority instead of a twin.
+
+    `task_id` lets a client choose the id (OpenKAT's runners do); an id in use raises ConflictError.
+    """
     queue = get_scheduler(session, scheduler_id)
     if not queue.enabled:
         raise QueueDisabledError(f"queue '{scheduler_id}' is disabled")
@@ -111,7 +115,9 @@ def push(
         raise QueueFullError(f"queue '{scheduler_id}' is full (maxsize {queue.maxsize})")
 
     now = utcnow()
-    new_id = uuid.uuid4()
+    new_id = task_id or uuid.uuid4()
+    if task_id is not None and session.scalar(select(Task.seq).where(Task.id == task_id)) is not None:
+        raise ConflictError(f"task '{task_id}' already exists")
     values = {
         "id": new_id,
         "scheduler_id": scheduler_id,

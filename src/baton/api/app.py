@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from baton import __version__
-from baton.api import events, organisations, plugins, queues, reports, schedulers, tasks
+from baton.api import compat, events, organisations, plugins, queues, reports, schedulers, tasks
 from baton.api.deps import MetricsDep, StoreDep
 from baton.config import Settings
 from baton.filters import FilterError
@@ -143,6 +143,7 @@ def create_app(
         queues.router,
         tasks.router,
         schedulers.router,
+        compat.router,
         events.router,
         plugins.router,
         reports.router,
