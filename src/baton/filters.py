@@ -2,8 +2,9 @@
 
 A filter is `{"column", "field"?, "operator", "value"}`; a list of them means AND; `{"and": [...]}`,
 `{"or": [...]}` and `{"not": [...]}` nest. Comparisons follow SQL: `ne` or `lt` on a field a task
-lacks does not match it, while `not` of a filter does select the tasks that filter did not match. `column` is a task column or `data`; `field` is a path
-into `data` whose levels are separated by `__` (`boefje__id` is `data["boefje"]["id"]`). On
+lacks does not match it, while `not` of a filter does select the tasks that filter did not match.
+`column` is a task column or `data`; `field` is a path into `data` whose levels are separated by
+`__` (`boefje__id` is `data["boefje"]["id"]`). On
 PostgreSQL `data` is JSONB and compared as JSON; on SQLite through `json_extract`/`json_each`.
 """
 
