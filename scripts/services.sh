@@ -56,3 +56,43 @@ start_postgres() {
   export BATON_TEST_PG_BIN="$bin" BATON_TEST_PG_DATA="$dir/data" BATON_TEST_PG_PORT="$port" BATON_TEST_PG_SOCKET="$dir"
   echo "PostgreSQL on 127.0.0.1:$port ($BATON_SERVICES_DIR)"
 }
+
+start_rabbitmq() {
+  if [ -n "${BATON_TEST_AMQP_URL:-}" ]; then return 0; fi
+  local rabbit_bin=/usr/lib/rabbitmq/bin
+  if [ ! -x "$rabbit_bin/rabbitmq-server" ]; then _apt_install rabbitmq-server; fi
+  local dir="$BATON_SERVICES_DIR/rabbitmq" port dist_port
+  port=$(_free_port)
+  dist_port=$(_free_port)
+  mkdir -p "$dir"
+  echo "[]." >"$dir/enabled_plugins"
+  printf 'loopback_users = none\nlisteners.tcp.default = %s\n' "$port" >"$dir/rabbitmq.conf"
+  # Everything the node and rabbitmqctl need, exported so the tests can restart the broker.
+  export RABBITMQ_NODENAME="baton-test-$$@localhost" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+  export RABBITMQ_NODE_PORT="$port" RABBITMQ_DIST_PORT="$dist_port"
+  export RABBITMQ_MNESIA_BASE="$dir/mnesia" RABBITMQ_LOG_BASE="$dir/log"
+  export RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" RABBITMQ_CONFIG_FILE="$dir/rabbitmq"
+  export RABBITMQ_PID_FILE="$dir/rabbitmq.pid"
+  export BATON_TEST_RABBITMQCTL="$rabbit_bin/rabbitmqctl"
+  # The Erlang cookie lives in $HOME; give the throw-away node its own.
+  HOME="$dir" "$rabbit_bin/rabbitmq-server" >"$dir/server.log" 2>&1 &
+  _baton_cleanups+=("HOME='$dir' '$rabbit_bin/rabbitmqctl' shutdown >/dev/null 2>&1 || kill $! 2>/dev/null")
+  export BATON_TEST_RABBITMQ_HOME="$dir"
+  if ! HOME="$dir" "$rabbit_bin/rabbitmqctl" await_startup --timeout 120 >/dev/null 2>&1; then
+    # await_startup can fail while the node is still booting; poll the AMQP port as well.
+    python3 - "$port" <<'PY'
+import socket, sys, time
+deadline = time.time() + 120
+while time.time() < deadline:
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close()
+        sys.exit(0)
+    except OSError:
+        time.sleep(0.5)
+sys.exit("RabbitMQ did not start")
+PY
+    HOME="$dir" "$rabbit_bin/rabbitmqctl" await_startup --timeout 120 >/dev/null
+  fi
+  export BATON_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2F"
+  echo "RabbitMQ on 127.0.0.1:$port ($dir)"
+}

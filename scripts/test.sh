@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/services.sh
 . scripts/services.sh
 start_postgres
+start_rabbitmq
 ruff check src tests bench
 ruff format --check src tests bench
 mypy

@@ -84,3 +84,15 @@ def settings(database_url: str) -> Settings:
 def client(settings: Settings, store: Store) -> Iterator[TestClient]:
     with TestClient(create_app(settings, store)) as test_client:
         yield test_client
+
+
+AMQP_URL = os.environ.get("BATON_TEST_AMQP_URL")
+
+
+@pytest.fixture
+def amqp_url() -> str:
+    if not AMQP_URL:
+        if os.environ.get("CI"):
+            pytest.fail("BATON_TEST_AMQP_URL is not set under CI: run the suite with scripts/test.sh")
+        pytest.skip("no RabbitMQ: run the suite with scripts/test.sh")
+    return AMQP_URL

@@ -22,3 +22,12 @@ def wait_until(condition: Callable[[], bool], timeout: float = 30.0, interval: f
             return True
         time.sleep(interval)
     return condition()
+
+
+def rabbitmqctl(*args: str) -> None:
+    """Run rabbitmqctl against the throw-away broker that scripts/test.sh started."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "HOME": os.environ["BATON_TEST_RABBITMQ_HOME"]}
+    subprocess.run([os.environ["BATON_TEST_RABBITMQCTL"], *args], env=env, check=True, capture_output=True, timeout=120)

@@ -14,8 +14,18 @@ import uvicorn
 from baton import __version__
 from baton.config import Settings
 from baton.director import Director
+from baton.events import RawFileReceived, ScanProfileMutation
 from baton.leader import default_elector
 from baton.logs import configure_logging
+from baton.messaging import (
+    OrganisationCreated,
+    OrganisationDeleted,
+    OrganisationRef,
+    OrganisationWatcher,
+    Publisher,
+    organisation_applier,
+    source_factory,
+)
 from baton.models import SchedulerType
 from baton.plugins import seed_catalogue
 from baton.runners import ProcessRunner, Runner, ThreadRunner
@@ -92,7 +102,7 @@ def serve(
     settings = load_settings(host=host, port=port, database_url=database_url)
     configure_logging(settings.log_level, settings.log_json)
     store = prepare_store(settings)
-    services = [] if no_director else [build_director(store, settings, RunnerKind.thread)]
+    services = [] if no_director else director_services(store, settings, RunnerKind.thread)
     api = create_app(settings, store, services=services)
     uvicorn.run(api, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
 
@@ -105,11 +115,27 @@ class RunnerKind(enum.StrEnum):
 def build_director(store: Store, settings: Settings, runner_kind: RunnerKind) -> Director:
     runner: Runner
     if runner_kind is RunnerKind.thread:
-        context = SchedulerContext(store=store, settings=settings, runner="thread", location=process_location())
+        context = SchedulerContext(
+            store=store,
+            settings=settings,
+            runner="thread",
+            location=process_location(),
+            source_factory=source_factory(settings),
+        )
         runner = ThreadRunner(context)
     else:
         runner = ProcessRunner(store, settings.database_url)
     return Director(store, settings, runner, default_elector(store))
+
+
+def director_services(
+    store: Store, settings: Settings, runner_kind: RunnerKind
+) -> list[Director | OrganisationWatcher]:
+    """The director and, with RabbitMQ enabled, the organisation watcher that feeds it."""
+    services: list[Director | OrganisationWatcher] = [build_director(store, settings, runner_kind)]
+    if settings.amqp_enabled:
+        services.insert(0, OrganisationWatcher(settings.amqp_url, organisation_applier(store, settings)))
+    return services
 
 
 @app.command()
@@ -122,7 +148,7 @@ def director(
     settings = load_settings(database_url=database_url)
     configure_logging(settings.log_level, settings.log_json)
     store = prepare_store(settings)
-    the_director = build_director(store, settings, runner)
+    services = director_services(store, settings, runner)
     stop = threading.Event()
 
     def _on_signal(signum: int, _frame: Any) -> None:
@@ -130,9 +156,11 @@ def director(
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    the_director.start_in_background()
+    for service in services:
+        service.start_in_background()
     stop.wait()
-    the_director.stop()
+    for service in reversed(services):
+        service.stop()
 
 
 @app.command()
@@ -149,7 +177,13 @@ def standalone(
     configure_logging(settings.log_level, settings.log_json)
     store = Store(settings.database_url)
     spec = SchedulerSpec(organisation, scheduler)
-    context = SchedulerContext(store=store, settings=settings, runner=runner_name, location=process_location())
+    context = SchedulerContext(
+        store=store,
+        settings=settings,
+        runner=runner_name,
+        location=process_location(),
+        source_factory=source_factory(settings),
+    )
     the_scheduler = build_scheduler(spec, context)
 
     def _on_signal(signum: int, _frame: Any) -> None:
@@ -167,6 +201,65 @@ def standalone(
         raise typer.Exit(1) from exc
     finally:
         store.dispose()
+
+
+publish_app = typer.Typer(help="Publish an event to RabbitMQ (BATON_AMQP_URL), to drive Baton by hand.")
+app.add_typer(publish_app, name="publish")
+AmqpUrl = Annotated[str | None, typer.Option("--amqp-url", help="Overrides BATON_AMQP_URL.")]
+
+
+def _publisher(amqp_url: str | None) -> Publisher:
+    return Publisher(load_settings(amqp_url=amqp_url).amqp_url, attempts=3)
+
+
+@publish_app.command("organisation-created")
+def publish_organisation_created(
+    organisation: Annotated[str, typer.Argument(help="Organisation id.")],
+    name: Annotated[str | None, typer.Option(help="Display name (defaults to the id).")] = None,
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """Announce a new organisation: directors create it and start its three schedulers."""
+    event = OrganisationCreated(organisation=OrganisationRef(id=organisation, name=name or organisation))
+    _publisher(amqp_url).publish_organisation(event)
+    typer.echo(f"published organisation.created for {organisation}")
+
+
+@publish_app.command("organisation-deleted")
+def publish_organisation_deleted(
+    organisation: Annotated[str, typer.Argument(help="Organisation id.")], amqp_url: AmqpUrl = None
+) -> None:
+    """Announce a deleted organisation: directors delete it and stop its schedulers."""
+    _publisher(amqp_url).publish_organisation(OrganisationDeleted(organisation=OrganisationRef(id=organisation)))
+    typer.echo(f"published organisation.deleted for {organisation}")
+
+
+@publish_app.command("scan-profile-mutation")
+def publish_scan_profile_mutation(
+    organisation: Annotated[str, typer.Argument(help="Organisation id.")],
+    object_key: Annotated[str, typer.Option("--object", help="Primary key, e.g. Hostname|internet|example.com")],
+    object_type: Annotated[str, typer.Option(help="Object type, e.g. Hostname.")],
+    scan_level: Annotated[int, typer.Option(help="Scan level 0-4.")],
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """An object's scan level changed: the boefje scheduler queues the boefjes that apply."""
+    event = ScanProfileMutation.model_validate(
+        {"object": {"primary_key": object_key, "object_type": object_type, "scan_level": scan_level}}
+    )
+    _publisher(amqp_url).publish_event(organisation, event)
+    typer.echo(f"published scan_profile_mutation for {organisation}")
+
+
+@publish_app.command("raw-file-received")
+def publish_raw_file_received(
+    organisation: Annotated[str, typer.Argument(help="Organisation id.")],
+    raw_id: Annotated[str, typer.Option(help="Raw file id.")],
+    mime_type: Annotated[list[str], typer.Option(help="Mime type; repeat for several.")],
+    amqp_url: AmqpUrl = None,
+) -> None:
+    """A raw file arrived: the normalizer scheduler queues the normalizers that read it."""
+    event = RawFileReceived.model_validate({"raw_file": {"id": raw_id, "mime_types": mime_type}})
+    _publisher(amqp_url).publish_event(organisation, event)
+    typer.echo(f"published raw_file_received for {organisation}")
 
 
 def main() -> None:

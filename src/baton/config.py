@@ -21,6 +21,10 @@ class Settings(BaseSettings):
 
     database_url: str = Field(DEFAULT_DATABASE_URL, description="SQLAlchemy URL of the store.")
     amqp_url: str = Field("amqp://guest:guest@127.0.0.1:5672/%2F", description="RabbitMQ URL.")
+    amqp_enabled: bool = Field(
+        False, description="Consume organisation and scheduler events from RabbitMQ (besides the HTTP inbox)."
+    )
+    amqp_prefetch: int = Field(100, ge=1, le=10_000, description="Unacked messages a consumer may hold.")
     host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API listens on.")
     queue_maxsize: int = Field(10_000, ge=0, description="Queued tasks per queue; 0 means unbounded.")

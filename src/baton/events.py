@@ -180,3 +180,22 @@ class InProcessSource:
 
     def close(self) -> None:
         return None
+
+
+class CompositeSource:
+    """Several sources read in turn (the database inbox first), up to `limit` deliveries in all."""
+
+    def __init__(self, sources: Sequence[EventSource]) -> None:
+        self.sources = list(sources)
+
+    def receive(self, session: Session, limit: int) -> Sequence[Delivery]:
+        deliveries: list[Delivery] = []
+        for source in self.sources:
+            if len(deliveries) >= limit:
+                break
+            deliveries.extend(source.receive(session, limit - len(deliveries)))
+        return deliveries
+
+    def close(self) -> None:
+        for source in self.sources:
+            source.close()

@@ -187,6 +187,7 @@ class EventDrivenScheduler(Scheduler):
     def __init__(self, spec: SchedulerSpec, context: SchedulerContext) -> None:
         super().__init__(spec, context)
         self.source: EventSource | None = None
+        self.events_handled = 0
 
     def setup(self) -> None:
         self.source = self.context.source_factory(self.spec)
@@ -214,6 +215,7 @@ class EventDrivenScheduler(Scheduler):
             raise
         for delivery in handled:
             delivery.ack()
+        self.events_handled += len(handled)
         for delivery in deferred:
             delivery.nack()
         if deferred:  # queue full: give job runners time to drain it
