@@ -62,7 +62,9 @@ def normalizer(store: Store, amqp_url: str, org: str, **settings: Any) -> Normal
 
 
 def raw_event(raw_id: str) -> RawFileReceived:
-    return RawFileReceived.model_validate({"raw_file": {"id": raw_id, "mime_types": ["text/a"]}})
+    return RawFileReceived.model_validate(
+        {"type": "raw_file_received", "raw_file": {"id": raw_id, "mime_types": ["text/a"]}}
+    )
 
 
 def task_count(store: Store, org: str) -> int:

@@ -12,11 +12,12 @@ import typer
 import uvicorn
 
 from baton import __version__
+from baton.auth import Scope, create_token, list_tokens, revoke_token
 from baton.config import Settings
 from baton.director import Director
 from baton.events import RawFileReceived, ScanProfileMutation
 from baton.leader import default_elector
-from baton.logs import configure_logging
+from baton.logs import configure_logging, get_logger
 from baton.messaging import (
     OrganisationCreated,
     OrganisationDeleted,
@@ -30,7 +31,7 @@ from baton.models import SchedulerType
 from baton.plugins import seed_catalogue
 from baton.runners import ProcessRunner, Runner, ThreadRunner
 from baton.schedulers import SchedulerContext, SchedulerSpec, build_scheduler
-from baton.store import Store, process_location
+from baton.store import ConflictError, NotFoundError, Store, process_location
 
 app = typer.Typer(
     help="Baton: priority queues of scanning work per organisation, served over HTTP.",
@@ -102,6 +103,12 @@ def serve(
     settings = load_settings(host=host, port=port, database_url=database_url)
     configure_logging(settings.log_level, settings.log_json)
     store = prepare_store(settings)
+    if not settings.auth_required:
+        get_logger("baton.cli").warning(
+            "authentication is OFF: anyone who can reach the API can push and pop",
+            host=settings.host,
+            hint="set BATON_AUTH=on, or listen on a non-loopback address, to require tokens",
+        )
     services = [] if no_director else director_services(store, settings, RunnerKind.thread)
     api = create_app(settings, store, services=services)
     uvicorn.run(api, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
@@ -243,7 +250,10 @@ def publish_scan_profile_mutation(
 ) -> None:
     """An object's scan level changed: the boefje scheduler queues the boefjes that apply."""
     event = ScanProfileMutation.model_validate(
-        {"object": {"primary_key": object_key, "object_type": object_type, "scan_level": scan_level}}
+        {
+            "type": "scan_profile_mutation",
+            "object": {"primary_key": object_key, "object_type": object_type, "scan_level": scan_level},
+        }
     )
     _publisher(amqp_url).publish_event(organisation, event)
     typer.echo(f"published scan_profile_mutation for {organisation}")
@@ -257,9 +267,60 @@ def publish_raw_file_received(
     amqp_url: AmqpUrl = None,
 ) -> None:
     """A raw file arrived: the normalizer scheduler queues the normalizers that read it."""
-    event = RawFileReceived.model_validate({"raw_file": {"id": raw_id, "mime_types": mime_type}})
+    event = RawFileReceived.model_validate(
+        {"type": "raw_file_received", "raw_file": {"id": raw_id, "mime_types": mime_type}}
+    )
     _publisher(amqp_url).publish_event(organisation, event)
     typer.echo(f"published raw_file_received for {organisation}")
+
+
+token_app = typer.Typer(help="API tokens (bearer) for the HTTP API.")
+app.add_typer(token_app, name="token")
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Option(help="A unique name, e.g. the job runner that will use it.")],
+    scope: Annotated[
+        list[Scope] | None,
+        typer.Option(help="Repeat for several: read, pop, push, admin (admin implies all). Default: read + pop."),
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create a token and print it. Only its hash is stored: it cannot be shown again."""
+    settings = load_settings(database_url=database_url)
+    store = prepare_store(settings)
+    scopes = scope or [Scope.READ, Scope.POP]
+    try:
+        with store.session() as session:
+            token = create_token(session, name, scopes)
+    except ConflictError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(token)
+    typer.echo(f"token '{name}' created with scopes: {', '.join(sorted(s.value for s in scopes))}", err=True)
+
+
+@token_app.command("list")
+def token_list(database_url: DatabaseUrl = None) -> None:
+    """List token names and scopes (never the tokens)."""
+    store = prepare_store(load_settings(database_url=database_url))
+    with store.session() as session:
+        for row in list_tokens(session):
+            typer.echo(f"{row.name}\t{','.join(row.scopes)}\t{row.created_at.isoformat()}")
+
+
+@token_app.command("revoke")
+def token_revoke(name: Annotated[str, typer.Argument(help="Token name.")], database_url: DatabaseUrl = None) -> None:
+    """Delete a token. Replicas that used it recently accept it for up to 30 s more (cache)."""
+    store = prepare_store(load_settings(database_url=database_url))
+    try:
+        with store.session() as session:
+            revoke_token(session, name)
+    except NotFoundError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"token '{name}' revoked")
 
 
 def main() -> None:

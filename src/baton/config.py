@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///baton.db"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def normalise_database_url(url: str) -> str:
@@ -29,7 +32,6 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API listens on.")
     queue_maxsize: int = Field(10_000, ge=0, description="Queued tasks per queue; 0 means unbounded.")
     max_data_bytes: int = Field(64 * 1024, ge=1, description="Largest JSON `data` accepted per task.")
-    list_limit_max: int = Field(1000, ge=1, description="Largest `limit` a listing accepts.")
     grace_period_seconds: float = Field(
         86_400, ge=0, description="How long before the same boefje runs on the same object again."
     )
@@ -39,9 +41,19 @@ class Settings(BaseSettings):
     )
     poll_interval_seconds: float = Field(1.0, gt=0, description="How often schedulers poll their inputs.")
     reconcile_interval_seconds: float = Field(2.0, gt=0, description="How often the director reconciles.")
+    auth: Literal["auto", "on", "off"] = Field(
+        "auto", description="Bearer tokens: 'auto' requires them unless the API listens on loopback only."
+    )
+    max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest request body accepted.")
     plugins_file: str | None = Field(None, description="YAML plugin catalogue seeded on migrate.")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
     log_json: bool = Field(False, description="Log as JSON lines instead of console text.")
+
+    @property
+    def auth_required(self) -> bool:
+        if self.auth == "auto":
+            return self.host not in LOOPBACK_HOSTS
+        return self.auth == "on"
 
     @field_validator("database_url")
     @classmethod

@@ -21,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from baton.models import Event, SchedulerType, scheduler_id_for, utcnow
+from baton.schemas import ScanLevel
 
 
 class EventModel(BaseModel):
@@ -30,13 +31,13 @@ class EventModel(BaseModel):
 class ScannedObject(EventModel):
     primary_key: str = Field(min_length=1, max_length=512, examples=["Hostname|internet|example.com"])
     object_type: str = Field(min_length=1, max_length=128, examples=["Hostname"])
-    scan_level: int = Field(ge=0, le=4, description="Clearance level of the object (0-4).")
+    scan_level: ScanLevel = Field(description="Clearance level of the object (0-4).")
 
 
 class ScanProfileMutation(EventModel):
     """An object's scan level changed: boefjes that may now scan it get tasks."""
 
-    type: Literal["scan_profile_mutation"] = "scan_profile_mutation"
+    type: Literal["scan_profile_mutation"]
     operation: Literal["create", "update", "delete"] = "update"
     object: ScannedObject
 
@@ -51,7 +52,7 @@ class RawFile(EventModel):
 class RawFileReceived(EventModel):
     """A boefje produced a raw file: normalizers that read its mime types get tasks."""
 
-    type: Literal["raw_file_received"] = "raw_file_received"
+    type: Literal["raw_file_received"]
     raw_file: RawFile
 
 

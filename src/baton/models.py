@@ -233,3 +233,14 @@ class ReportSchedule(Base):
     next_run_at: Mapped[datetime] = mapped_column(UTCDateTime())
     last_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ApiToken(Base):
+    """A bearer token: only its SHA-256 is stored; the token itself is shown once, at creation."""
+
+    __tablename__ = "api_tokens"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

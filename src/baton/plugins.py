@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from baton.models import Plugin, PluginSetting
+from baton.schemas import ScanLevel
 from baton.store import NotFoundError, get_organisation
 
 BUILTIN_CATALOGUE = Path(__file__).parent / "plugins.yml"
@@ -30,8 +31,8 @@ class PluginSpec(BaseModel):
     type: Literal["boefje", "normalizer"]
     name: str = Field(min_length=1, max_length=256)
     consumes: list[str] = Field(min_length=1, max_length=64, description="Object types or mime types.")
-    scan_level: int = Field(0, ge=0, le=4, description="Boefjes: lowest object scan level they may scan.")
-    enabled: bool = Field(True, description="Default for organisations without their own setting.")
+    scan_level: ScanLevel = Field(0, description="Boefjes: lowest object scan level they may scan.")
+    enabled: StrictBool = Field(True, description="Default for organisations without their own setting.")
 
 
 class CatalogueFile(BaseModel):

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
 from baton.models import SchedulerState, SchedulerType, TaskStatus
 
@@ -20,7 +20,19 @@ OrganisationId = Annotated[
         examples=["acme"],
     ),
 ]
-Priority = Annotated[int, Field(ge=-(2**31), le=2**31 - 1, description="Lower pops first.")]
+MAX_LIST_LIMIT = 1000
+
+
+def _reject_strings_and_bools(value: object) -> object:
+    # JSON integers may be written 3.0 (JSON Schema agrees), but "3" and true are not numbers.
+    if isinstance(value, str | bool):
+        raise ValueError("Input should be a valid integer")
+    return value
+
+
+NOT_A_STRING = BeforeValidator(_reject_strings_and_bools)
+Priority = Annotated[int, Field(ge=-(2**31), le=2**31 - 1, description="Lower pops first."), NOT_A_STRING]
+ScanLevel = Annotated[int, Field(ge=0, le=4, description="Scan level (clearance) 0-4."), NOT_A_STRING]
 TaskHash = Annotated[str, Field(min_length=1, max_length=256, description="Dedup key within the queue.")]
 # A filter spec: a list of filters (AND) or one {"and"|"or"|"not": [...]} group; see filters.py.
 FilterSpec = list[dict[str, Any]] | dict[str, Any]
@@ -103,7 +115,7 @@ class SchedulerOut(BaseModel):
 
 
 class SchedulerPatch(StrictModel):
-    enabled: bool
+    enabled: StrictBool
 
 
 class PopResults(BaseModel):

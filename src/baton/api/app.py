@@ -7,21 +7,25 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from baton import __version__
 from baton.api import compat, events, organisations, plugins, queues, reports, schedulers, tasks
-from baton.api.deps import MetricsDep, StoreDep
+from baton.api.deps import MetricsDep, Responses, StoreDep, invalid
+from baton.api.security import RequestContextMiddleware, authorize
+from baton.auth import TokenCache
 from baton.config import Settings
 from baton.filters import FilterError
 from baton.metrics import Metrics
 from baton.queue import QueueFullError
+from baton.schemas import ErrorOut
 from baton.store import ConflictError, NotFoundError, Store
 
 
@@ -35,9 +39,41 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(problems)
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method any route serves at this path (Starlette names only the first route's)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
+def reject_unknown_query_parameters(request: Request) -> None:
+    """A misspelt filter (`?schedulerid=`) must not silently widen a listing: refuse it."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    known = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        known.update(param.alias for param in sub.query_params)
+    repeated = sorted(name for name in known if len(request.query_params.getlist(name)) > 1)
+    if repeated:
+        raise RequestValidationError(
+            [{"loc": ("query", name), "msg": "given more than once", "type": "too_long"} for name in repeated]
+        )
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        raise RequestValidationError(
+            [{"loc": ("query", name), "msg": "unknown query parameter", "type": "extra_forbidden"} for name in unknown]
+        )
+
+
 def _install_error_handlers(app: FastAPI) -> None:
-    def error(status: int, message: str, detail: Any = None) -> JSONResponse:
+    def error(status: int, message: str, detail: Any = None, headers: dict[str, str] | None = None) -> JSONResponse:
         return JSONResponse(
+            headers=headers,
             status_code=status,
             content={
                 "detail": jsonable_encoder(detail if detail is not None else message),
@@ -51,8 +87,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         return error(422, _validation_message(exc), errors)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error(exc.status_code, str(exc.detail))
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers) if exc.headers else {}
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return error(exc.status_code, str(exc.detail), headers=headers or None)
 
     @app.exception_handler(NotFoundError)
     async def _not_found(_: Request, exc: NotFoundError) -> JSONResponse:
@@ -67,8 +106,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         return error(429, str(exc))
 
     @app.exception_handler(FilterError)
-    async def _bad_filter(_: Request, exc: FilterError) -> JSONResponse:
-        return error(422, f"filters: {exc}")
+    async def _bad_filter(request: Request, exc: FilterError) -> JSONResponse:
+        return await _invalid(request, invalid(("body", "filters"), str(exc)))
 
     @app.exception_handler(OperationalError)
     async def _database_down(_: Request, exc: OperationalError) -> JSONResponse:
@@ -115,6 +154,8 @@ def create_app(
     app.state.settings = settings
     app.state.store = store
     app.state.metrics = Metrics(store)
+    app.state.token_cache = TokenCache()
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     _install_error_handlers(app)
 
     @app.get("/health", tags=["health"])
@@ -122,7 +163,10 @@ def create_app(
         """Liveness: the process answers. Does not touch the database."""
         return {"status": "ok", "version": __version__}
 
-    @app.get("/ready", tags=["health"], responses={503: {"description": "Not ready"}})
+    # Every route but /health needs a token when authentication is on (see api/security.py).
+    monitoring = APIRouter(tags=["health"])
+
+    @monitoring.get("/ready", tags=["health"], responses={503: {"description": "Not ready"}})
     def ready(store: StoreDep) -> JSONResponse:
         """Readiness: the database answers and its schema is current."""
         try:
@@ -133,12 +177,24 @@ def create_app(
             return JSONResponse({"status": "unavailable", "message": "migrations not applied"}, status_code=503)
         return JSONResponse({"status": "ready", "database": store.dialect})
 
-    @app.get("/metrics", tags=["health"], response_class=Response)
+    @monitoring.get("/metrics", tags=["health"], response_class=Response)
     def metrics(metrics: MetricsDep) -> Response:
         """Prometheus text exposition."""
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    guarded = [Depends(reject_unknown_query_parameters)]
+    if settings.auth_required:
+        guarded.append(Depends(authorize))
+    documented: Responses = {
+        400: {"model": ErrorOut, "description": "Malformed request (e.g. a body that is not JSON)"},
+        413: {"model": ErrorOut, "description": "Request body too large"},
+        503: {"model": ErrorOut, "description": "Database unavailable"},
+    }
+    if settings.auth_required:
+        documented[401] = {"model": ErrorOut, "description": "Missing or unknown bearer token"}
+        documented[403] = {"model": ErrorOut, "description": "The token lacks the scope this route needs"}
     for router in (
+        monitoring,
         organisations.router,
         queues.router,
         tasks.router,
@@ -148,5 +204,5 @@ def create_app(
         plugins.router,
         reports.router,
     ):
-        app.include_router(router)
+        app.include_router(router, dependencies=guarded, responses=documented)
     return app

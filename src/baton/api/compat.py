@@ -18,7 +18,7 @@ from baton.api.deps import MetricsDep, Responses, SettingsDep, StoreDep
 from baton.api.queues import check_data_size
 from baton.filters import compile_filters
 from baton.models import SchedulerType, scheduler_id_for
-from baton.schemas import ErrorOut, FilterSpec, OrganisationId, PopResults, Priority, TaskHash, TaskOut
+from baton.schemas import MAX_LIST_LIMIT, ErrorOut, FilterSpec, OrganisationId, PopResults, Priority, TaskHash, TaskOut
 from baton.store import NotFoundError, get_scheduler
 
 router = APIRouter(prefix="/schedulers", tags=["openkat-compatible"])
@@ -62,13 +62,10 @@ def pop_many(
     scheduler: str,
     store: StoreDep,
     metrics: MetricsDep,
-    settings: SettingsDep,
-    limit: Annotated[int, Query(ge=1)] = 1,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 1,
     body: CompatPopIn | None = None,
 ) -> PopResults:
     """Pop up to `limit` tasks, best priority first, each handed out once; `{"results": []}` when empty."""
-    if limit > settings.list_limit_max:
-        raise HTTPException(422, f"limit: must be at most {settings.list_limit_max}")
     target = _resolve_pop_target(store, scheduler)
     started = time.perf_counter()
     with store.session() as session:

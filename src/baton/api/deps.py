@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
 
 from baton.config import Settings
 from baton.metrics import Metrics
@@ -36,3 +37,8 @@ MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
 
 Responses = dict[int | str, dict[str, Any]]
+
+
+def invalid(location: tuple[str, ...], message: str, kind: str = "value_error") -> RequestValidationError:
+    """A 422 in FastAPI's own validation-error shape, so every 422 reads (and documents) alike."""
+    return RequestValidationError([{"loc": location, "msg": message, "type": kind}])

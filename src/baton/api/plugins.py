@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import APIRouter, status
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from sqlalchemy import select
 
 from baton.api.deps import Responses, StoreDep
 from baton.models import Plugin
 from baton.plugins import PluginSpec, enabled_plugins, get_plugin, set_enabled_for_organisation
-from baton.schemas import ErrorOut
+from baton.schemas import ErrorOut, ScanLevel
 from baton.store import ConflictError, get_organisation
 
 router = APIRouter(tags=["plugins"])
@@ -23,8 +23,8 @@ class PluginPatch(BaseModel):
 
     name: str | None = Field(None, min_length=1, max_length=256)
     consumes: list[str] | None = Field(None, min_length=1, max_length=64)
-    scan_level: int | None = Field(None, ge=0, le=4)
-    enabled: bool | None = None
+    scan_level: ScanLevel | None = None
+    enabled: StrictBool | None = None
 
 
 class OrganisationPlugin(PluginSpec):
@@ -33,7 +33,7 @@ class OrganisationPlugin(PluginSpec):
 
 class EnabledPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    enabled: bool
+    enabled: StrictBool
 
 
 @router.get("/plugins")

@@ -8,7 +8,7 @@ from typing import Any
 
 from croniter import croniter
 from fastapi import APIRouter, Response, status
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from sqlalchemy import select
 
 from baton.api.deps import Responses, StoreDep
@@ -26,7 +26,7 @@ class ReportScheduleIn(BaseModel):
 
     cron: str = Field(min_length=1, max_length=128, examples=["0 6 * * 1"])
     data: dict[str, Any] = Field(default_factory=dict, description="Handed to the report task as `data.report`.")
-    enabled: bool = True
+    enabled: StrictBool = True
 
     @field_validator("cron")
     @classmethod

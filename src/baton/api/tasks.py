@@ -5,12 +5,12 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Query
 
 from baton import queue
-from baton.api.deps import Responses, SettingsDep, StoreDep
+from baton.api.deps import Responses, StoreDep
 from baton.models import SchedulerType, TaskStatus
-from baton.schemas import ErrorOut, TaskList, TaskOut, TaskPatch
+from baton.schemas import MAX_LIST_LIMIT, ErrorOut, TaskList, TaskOut, TaskPatch
 
 router = APIRouter(prefix="/tasks", tags=["tasks"])
 UNKNOWN_TASK: Responses = {404: {"model": ErrorOut, "description": "Unknown task"}}
@@ -19,16 +19,13 @@ UNKNOWN_TASK: Responses = {404: {"model": ErrorOut, "description": "Unknown task
 @router.get("")
 def list_tasks(
     store: StoreDep,
-    settings: SettingsDep,
     scheduler_id: str | None = None,
     status: TaskStatus | None = None,
     organisation: str | None = None,
     type: SchedulerType | None = None,
-    limit: Annotated[int, Query(ge=1)] = 100,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> TaskList:
-    if limit > settings.list_limit_max:
-        raise HTTPException(422, f"limit: must be at most {settings.list_limit_max}")
     with store.session() as session:
         count, rows = queue.list_tasks(
             session,

@@ -1,0 +1,143 @@
+"""Authentication (bearer tokens with scopes), request ids, access logs and body-size limits."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Annotated, Any
+
+import structlog
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from baton.api.deps import StoreDep
+from baton.auth import Scope as TokenScope
+from baton.auth import TokenCache, grants
+from baton.logs import get_logger
+
+log = get_logger("baton.api")
+bearer = HTTPBearer(auto_error=False, description="`baton token create --name NAME --scope ...`")
+
+
+def required_scope(method: str, route_path: str) -> TokenScope:
+    if method in ("GET", "HEAD"):
+        return TokenScope.READ
+    if route_path.endswith("/pop") or (method == "PATCH" and route_path.startswith("/tasks/")):
+        return TokenScope.POP
+    if route_path.endswith("/push") or route_path.endswith("/events"):
+        return TokenScope.PUSH
+    return TokenScope.ADMIN
+
+
+def authorize(
+    request: Request,
+    store: StoreDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> None:
+    """Router dependency (when authentication is on): a token with the route's scope."""
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "authorization: a bearer token is required",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    cache: TokenCache = request.app.state.token_cache
+    with store.session() as session:
+        found = cache.lookup(session, credentials.credentials)
+    if found is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED, "authorization: unknown token", headers={"WWW-Authenticate": "Bearer"}
+        )
+    name, scopes = found
+    route = request.scope.get("route")
+    needed = required_scope(request.method, getattr(route, "path", request.url.path))
+    if not grants(scopes, needed):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"token '{name}' lacks the '{needed.value}' scope")
+    structlog.contextvars.bind_contextvars(token=name)
+
+
+class RequestContextMiddleware:
+    """Pure ASGI: a request id per request (X-Request-ID in and out), one access log line, and a
+    413 for bodies over the limit, counted as they stream in (Content-Length may be absent or lie)."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        request_id = headers.get(b"x-request-id", b"").decode("latin-1")[:128] or uuid.uuid4().hex
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(request_id=request_id)
+        started = time.perf_counter()
+        state: dict[str, Any] = {"status": 500}
+
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            await self._too_large(send, request_id)
+            return
+
+        # Read the whole body first (it is small by definition), so an oversize body is refused
+        # before any handler sees it: FastAPI would turn a failure mid-parse into a 400.
+        chunks: list[bytes] = []
+        received = 0
+        more_body = scope["method"] not in ("GET", "HEAD", "DELETE", "OPTIONS")
+        while more_body:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # client went away
+            chunk = message.get("body", b"")
+            received += len(chunk)
+            if received > self.max_body_bytes:
+                await self._too_large(send, request_id)
+                return
+            chunks.append(chunk)
+            more_body = message.get("more_body", False)
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay_receive() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode("latin-1"))]
+            await send(message)
+
+        try:
+            await self.app(scope, replay_receive, send_with_id)
+        finally:
+            log.info(
+                "request",
+                method=scope["method"],
+                path=scope["path"],
+                status=state["status"],
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+
+    async def _too_large(self, send: Send, request_id: str) -> None:
+        message = f"body: larger than the limit of {self.max_body_bytes} bytes"
+        body = json.dumps({"detail": message, "message": message}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"x-request-id", request_id.encode("latin-1")),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,89 @@
+"""API tokens: bearer tokens with scopes; only their SHA-256 is stored.
+
+Scopes: `read` (GET), `pop` (pop, task status changes), `push` (push, events), `admin`
+(organisations, plugins, schedulers, report schedules; implies every other scope).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from baton.models import ApiToken, utcnow
+from baton.store import ConflictError, NotFoundError
+
+TOKEN_PREFIX = "baton_"
+CACHE_SECONDS = 30.0
+
+
+class Scope(enum.StrEnum):
+    READ = "read"
+    POP = "pop"
+    PUSH = "push"
+    ADMIN = "admin"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(session: Session, name: str, scopes: Sequence[Scope]) -> str:
+    """Store a new token and return it; it cannot be shown again."""
+    if session.get(ApiToken, name) is not None:
+        raise ConflictError(f"token '{name}' already exists")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    session.add(
+        ApiToken(name=name, token_hash=hash_token(token), scopes=sorted({s.value for s in scopes}), created_at=utcnow())
+    )
+    return token
+
+
+def list_tokens(session: Session) -> Sequence[ApiToken]:
+    return session.scalars(select(ApiToken).order_by(ApiToken.name)).all()
+
+
+def revoke_token(session: Session, name: str) -> None:
+    row = session.get(ApiToken, name)
+    if row is None:
+        raise NotFoundError(f"token '{name}' not found")
+    session.delete(row)
+
+
+def grants(scopes: Sequence[str], needed: Scope) -> bool:
+    return Scope.ADMIN.value in scopes or needed.value in scopes
+
+
+class TokenCache:
+    """Remembers looked-up tokens for a short while so a pop costs no extra query.
+
+    A revoked token therefore keeps working for up to CACHE_SECONDS on replicas that saw it.
+    """
+
+    def __init__(self, ttl: float = CACHE_SECONDS) -> None:
+        self.ttl = ttl
+        self._entries: dict[str, tuple[float, tuple[str, list[str]]]] = {}
+        self._lock = threading.Lock()
+
+    def lookup(self, session: Session, token: str) -> tuple[str, list[str]] | None:
+        digest = hash_token(token)
+        now = time.monotonic()
+        with self._lock:
+            cached = self._entries.get(digest)
+        if cached is not None and now - cached[0] < self.ttl:
+            return cached[1]
+        row = session.scalars(select(ApiToken).where(ApiToken.token_hash == digest)).one_or_none()
+        if row is None:
+            return None  # not cached: a token created a moment later must work at once
+        found = (row.name, list(row.scopes))
+        with self._lock:
+            if len(self._entries) > 10_000:
+                self._entries.clear()
+            self._entries[digest] = (now, found)
+        return found
