@@ -45,6 +45,10 @@ class Settings(BaseSettings):
         "auto", description="Bearer tokens: 'auto' requires them unless the API listens on loopback only."
     )
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest request body accepted.")
+    task_timeout_seconds: float = Field(
+        1800, gt=0, description="A dispatched/running task without an update for this long is re-queued."
+    )
+    task_max_attempts: int = Field(3, ge=1, description="Re-queues before a stuck task is marked failed.")
     plugins_file: str | None = Field(None, description="YAML plugin catalogue seeded on migrate.")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
     log_json: bool = Field(False, description="Log as JSON lines instead of console text.")

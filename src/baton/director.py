@@ -17,12 +17,14 @@ from sqlalchemy import select
 from baton.config import Settings
 from baton.leader import LeaderElector, SingleProcessLeader
 from baton.logs import get_logger
-from baton.models import Organisation, Scheduler, SchedulerState, SchedulerType, utcnow
+from baton.models import LeaderRecord, Organisation, Scheduler, SchedulerState, SchedulerType, utcnow
+from baton.queue import requeue_stuck
 from baton.runners import Runner
 from baton.schedulers import SchedulerSpec
-from baton.store import Store
+from baton.store import Store, process_location
 
 log = get_logger("baton.director")
+DIRECTOR_ROLE = "director"
 
 
 @dataclass
@@ -30,6 +32,8 @@ class ReconcileReport:
     started: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
     restarted: list[str] = field(default_factory=list)
+    requeued: int = 0
+    failed: int = 0
 
 
 class Director:
@@ -39,7 +43,9 @@ class Director:
         settings: Settings,
         runner: Runner,
         elector: LeaderElector | None = None,
+        holder: str | None = None,
     ) -> None:
+        self.holder = holder or process_location()
         self.store = store
         self.settings = settings
         self.runner = runner
@@ -71,6 +77,28 @@ class Director:
             if state == SchedulerState.RUNNING.value and heartbeat_at is not None and heartbeat_at < cutoff
         }
 
+    def record_leadership(self) -> None:
+        """Report (not decide) who leads: a row other replicas' /metrics and the failover harness read."""
+        now = utcnow()
+        with self.store.session() as session:
+            row = session.get(LeaderRecord, DIRECTOR_ROLE)
+            if row is None:
+                session.add(LeaderRecord(role=DIRECTOR_ROLE, holder=self.holder, acquired_at=now, renewed_at=now))
+                return
+            if row.holder != self.holder:
+                row.holder = self.holder
+                row.acquired_at = now
+            row.renewed_at = now
+
+    def recover_stuck_tasks(self) -> tuple[int, int]:
+        """Re-queue tasks whose runner went silent (SKIP LOCKED: safe even if two leaders overlap)."""
+        cutoff = utcnow() - timedelta(seconds=self.settings.task_timeout_seconds)
+        with self.store.session() as session:
+            requeued, failed = requeue_stuck(session, older_than=cutoff, max_attempts=self.settings.task_max_attempts)
+        if requeued or failed:
+            log.warning("recovered stuck tasks", requeued=requeued, failed=failed)
+        return requeued, failed
+
     def reconcile(self) -> ReconcileReport:
         report = ReconcileReport(restarted=self.runner.supervise())
         desired = self.desired()
@@ -99,7 +127,10 @@ class Director:
             self.is_leader = False
             return None
         self.is_leader = True
-        return self.reconcile()
+        self.record_leadership()
+        report = self.reconcile()
+        report.requeued, report.failed = self.recover_stuck_tasks()
+        return report
 
     def run(self) -> None:
         log.info("director running", runner=self.runner.name)

@@ -160,6 +160,12 @@ class Task(Base):
         Index("ix_tasks_scheduler_status", "scheduler_id", "status", "seq"),
         Index("ix_tasks_scheduler_hash", "scheduler_id", "hash"),
         Index("ix_tasks_status_modified", "status", "modified_at"),
+        Index(
+            "ix_tasks_recovered",
+            "attempts",
+            postgresql_where=text("attempts > 0"),
+            sqlite_where=text("attempts > 0"),
+        ),
     )
 
 
@@ -244,3 +250,17 @@ class ApiToken(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     scopes: Mapped[list[str]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class LeaderRecord(Base):
+    """Who leads, written by the leader every round: for /metrics and failover measurements.
+
+    The election itself is the advisory lock (or Lease); this row only reports it.
+    """
+
+    __tablename__ = "leaders"
+
+    role: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(256))
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    renewed_at: Mapped[datetime] = mapped_column(UTCDateTime())
