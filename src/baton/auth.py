@@ -71,13 +71,20 @@ class TokenCache:
         self._entries: dict[str, tuple[float, tuple[str, list[str]]]] = {}
         self._lock = threading.Lock()
 
+    def cached(self, token: str) -> tuple[str, list[str]] | None:
+        """The token's (name, scopes) if looked up recently; None means: ask the database."""
+        with self._lock:
+            entry = self._entries.get(hash_token(token))
+        if entry is not None and time.monotonic() - entry[0] < self.ttl:
+            return entry[1]
+        return None
+
     def lookup(self, session: Session, token: str) -> tuple[str, list[str]] | None:
+        found = self.cached(token)
+        if found is not None:
+            return found
         digest = hash_token(token)
         now = time.monotonic()
-        with self._lock:
-            cached = self._entries.get(digest)
-        if cached is not None and now - cached[0] < self.ttl:
-            return cached[1]
         row = session.scalars(select(ApiToken).where(ApiToken.token_hash == digest)).one_or_none()
         if row is None:
             return None  # not cached: a token created a moment later must work at once

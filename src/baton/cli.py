@@ -111,12 +111,14 @@ def serve(
         )
     services = [] if no_director else director_services(store, settings, RunnerKind.thread)
     api = create_app(settings, store, services=services)
-    uvicorn.run(api, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
+    # Baton logs one structured line per request itself (api/security.py), so uvicorn's is off.
+    uvicorn.run(api, host=settings.host, port=settings.port, log_level=settings.log_level.lower(), access_log=False)
 
 
 class RunnerKind(enum.StrEnum):
     thread = "thread"
     process = "process"
+    kubernetes = "kubernetes"
 
 
 def build_director(store: Store, settings: Settings, runner_kind: RunnerKind) -> Director:
@@ -130,9 +132,22 @@ def build_director(store: Store, settings: Settings, runner_kind: RunnerKind) ->
             source_factory=source_factory(settings),
         )
         runner = ThreadRunner(context)
-    else:
+    elif runner_kind is RunnerKind.process:
         runner = ProcessRunner(store, settings.database_url)
+    else:
+        return build_kubernetes_director(store, settings)
     return Director(store, settings, runner, default_elector(store))
+
+
+def build_kubernetes_director(store: Store, settings: Settings) -> Director:
+    """Pods via the official client; leadership via a coordination.k8s.io Lease."""
+    from baton.k8s import KubernetesRunner, LeaseElector, current_namespace, load_api_client
+
+    api = load_api_client()
+    namespace = current_namespace(settings)
+    identity = os.environ.get("POD_NAME") or process_location()
+    elector = LeaseElector(api, namespace, settings.k8s_lease_name, identity)
+    return Director(store, settings, KubernetesRunner(api, settings, namespace), elector, holder=identity)
 
 
 def director_services(

@@ -49,6 +49,15 @@ class Settings(BaseSettings):
         1800, gt=0, description="A dispatched/running task without an update for this long is re-queued."
     )
     task_max_attempts: int = Field(3, ge=1, description="Re-queues before a stuck task is marked failed.")
+    k8s_namespace: str | None = Field(None, description="Namespace for scheduler pods (default: the director's).")
+    k8s_image: str = Field("baton:0.1.0", description="Image of scheduler pods.")
+    k8s_config_map: str | None = Field("baton-config", description="ConfigMap passed to scheduler pods as env.")
+    k8s_secret: str | None = Field("baton-secrets", description="Secret passed to scheduler pods as env.")
+    k8s_owner_deployment: str | None = Field(
+        None, description="Deployment that owns scheduler pods (default: the director's pod, if known)."
+    )
+    k8s_scheduler_service_account: str = Field("default", description="Service account of scheduler pods.")
+    k8s_lease_name: str = Field("baton-director", description="Lease used for leader election in Kubernetes.")
     plugins_file: str | None = Field(None, description="YAML plugin catalogue seeded on migrate.")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
     log_json: bool = Field(False, description="Log as JSON lines instead of console text.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
@@ -34,12 +34,63 @@ NOT_A_STRING = BeforeValidator(_reject_strings_and_bools)
 Priority = Annotated[int, Field(ge=-(2**31), le=2**31 - 1, description="Lower pops first."), NOT_A_STRING]
 ScanLevel = Annotated[int, Field(ge=0, le=4, description="Scan level (clearance) 0-4."), NOT_A_STRING]
 TaskHash = Annotated[str, Field(min_length=1, max_length=256, description="Dedup key within the queue.")]
-# A filter spec: a list of filters (AND) or one {"and"|"or"|"not": [...]} group; see filters.py.
-FilterSpec = list[dict[str, Any]] | dict[str, Any]
 
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+FilterColumn = Literal[
+    "data",
+    "id",
+    "scheduler_id",
+    "schedule_id",
+    "organisation",
+    "type",
+    "priority",
+    "status",
+    "hash",
+    "created_at",
+    "modified_at",
+]
+FilterOperator = Literal[
+    "eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "like", "ilike", "contains", "==", "!=", "<", "<=", ">", ">="
+]
+
+
+class Filter(StrictModel):
+    """One condition: `column` (or a `field` path into `data`, levels joined by `__`) `operator` `value`."""
+
+    column: FilterColumn
+    field: str | None = Field(None, max_length=512, pattern=r"^[A-Za-z0-9_\-]+(__[A-Za-z0-9_\-]+)*$")
+    operator: FilterOperator = "eq"
+    value: Any = Field(description="A list for in/not_in, a pattern for like/ilike, JSON for contains.")
+
+
+class AndFilter(StrictModel):
+    and_: list[FilterNode] = Field(alias="and")
+
+
+class OrFilter(StrictModel):
+    or_: list[FilterNode] = Field(alias="or")
+
+
+class NotFilter(StrictModel):
+    not_: list[FilterNode] = Field(alias="not")
+
+
+FilterNode = Filter | AndFilter | OrFilter | NotFilter
+# A list of filters (AND) or one filter or group; compiled to SQL by filters.py.
+FilterSpec = list[FilterNode] | FilterNode
+
+
+def dump_filters(spec: FilterSpec | None) -> Any:
+    """Back to the plain JSON shape filters.py compiles (group keys `and`/`or`/`not`)."""
+    if spec is None:
+        return None
+    if isinstance(spec, list):
+        return [dump_filters(item) for item in spec]
+    return spec.model_dump(by_alias=True, exclude_unset=True)
 
 
 class OrganisationIn(StrictModel):

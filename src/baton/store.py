@@ -61,7 +61,9 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         _configure_sqlite(engine)
         return engine
-    return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True, pool_recycle=1800)
+    # No pre-ping: it costs a round trip per request. After a database restart the first statement
+    # on a stale connection fails (503 once) and SQLAlchemy then invalidates the whole pool.
+    return create_engine(url, pool_size=10, max_overflow=20, pool_recycle=1800)
 
 
 class Store:

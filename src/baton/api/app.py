@@ -35,7 +35,13 @@ def _field_name(loc: tuple[Any, ...] | list[Any]) -> str:
 
 
 def _validation_message(exc: RequestValidationError) -> str:
-    problems = [f"{_field_name(err.get('loc', ()))}: {err.get('msg', 'invalid')}" for err in exc.errors()]
+    problems = []
+    for err in exc.errors():
+        problem = f"{_field_name(err.get('loc', ()))}: {err.get('msg', 'invalid')}"
+        given = err.get("input")
+        if isinstance(given, str | int | float | bool) and len(str(given)) <= 100:
+            problem += f" (got {given!r})"
+        problems.append(problem)
     return "; ".join(problems)
 
 
@@ -49,7 +55,7 @@ def allowed_methods(request: Request) -> list[str]:
     return sorted(methods)
 
 
-def reject_unknown_query_parameters(request: Request) -> None:
+async def reject_unknown_query_parameters(request: Request) -> None:
     """A misspelt filter (`?schedulerid=`) must not silently widen a listing: refuse it."""
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)

@@ -18,7 +18,17 @@ from baton.api.deps import MetricsDep, Responses, SettingsDep, StoreDep
 from baton.api.queues import check_data_size
 from baton.filters import compile_filters
 from baton.models import SchedulerType, scheduler_id_for
-from baton.schemas import MAX_LIST_LIMIT, ErrorOut, FilterSpec, OrganisationId, PopResults, Priority, TaskHash, TaskOut
+from baton.schemas import (
+    MAX_LIST_LIMIT,
+    ErrorOut,
+    FilterSpec,
+    OrganisationId,
+    PopResults,
+    Priority,
+    TaskHash,
+    TaskOut,
+    dump_filters,
+)
 from baton.store import NotFoundError, get_scheduler
 
 router = APIRouter(prefix="/schedulers", tags=["openkat-compatible"])
@@ -49,12 +59,8 @@ class CompatPushIn(BaseModel):
     data: dict[str, Any]
 
 
-def _resolve_pop_target(store: StoreDep, scheduler: str) -> dict[str, str]:
-    if scheduler in SCHEDULER_TYPES:
-        return {"task_type": scheduler}
-    with store.session() as session:
-        get_scheduler(session, scheduler)
-    return {"scheduler_id": scheduler}
+def _pop_target(scheduler: str) -> dict[str, str]:
+    return {"task_type": scheduler} if scheduler in SCHEDULER_TYPES else {"scheduler_id": scheduler}
 
 
 @router.post("/{scheduler}/pop", responses=ERRORS)
@@ -66,11 +72,13 @@ def pop_many(
     body: CompatPopIn | None = None,
 ) -> PopResults:
     """Pop up to `limit` tasks, best priority first, each handed out once; `{"results": []}` when empty."""
-    target = _resolve_pop_target(store, scheduler)
+    target = _pop_target(scheduler)
     started = time.perf_counter()
     with store.session() as session:
-        condition = compile_filters(body.filters if body else None, store.dialect)
+        condition = compile_filters(dump_filters(body.filters) if body else None, store.dialect)
         popped = queue.pop(session, limit=limit, condition=condition, **target)
+        if not popped and "scheduler_id" in target:
+            get_scheduler(session, scheduler)  # an empty queue answers [], an unknown one 404
         results = [TaskOut.model_validate(task) for task in popped]
     metrics.pop_latency.observe(time.perf_counter() - started)
     for task in results:

@@ -11,7 +11,7 @@ from baton import queue
 from baton.api.deps import MetricsDep, Responses, SettingsDep, StoreDep
 from baton.filters import compile_filters
 from baton.models import Scheduler, SchedulerType
-from baton.schemas import ErrorOut, PopIn, PushIn, QueueOut, TaskOut
+from baton.schemas import ErrorOut, PopIn, PushIn, QueueOut, TaskOut, dump_filters
 from baton.store import get_scheduler, list_schedulers
 
 router = APIRouter(prefix="/queues", tags=["queues"])
@@ -89,9 +89,10 @@ def pop(queue_id: str, store: StoreDep, metrics: MetricsDep, body: PopIn | None 
     """Hand out the best queued task (now `dispatched`), or `null` when the queue is empty."""
     started = time.perf_counter()
     with store.session() as session:
-        get_scheduler(session, queue_id)
-        condition = compile_filters(body.filters if body else None, store.dialect)
+        condition = compile_filters(dump_filters(body.filters) if body else None, store.dialect)
         popped = queue.pop(session, scheduler_id=queue_id, limit=1, condition=condition)
+        if not popped:
+            get_scheduler(session, queue_id)  # an empty queue answers null, an unknown one 404
         task = TaskOut.model_validate(popped[0]) if popped else None
     metrics.pop_latency.observe(time.perf_counter() - started)
     if task is not None:

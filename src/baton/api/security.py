@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import structlog
 from fastapi import Depends, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -16,6 +17,7 @@ from baton.api.deps import StoreDep
 from baton.auth import Scope as TokenScope
 from baton.auth import TokenCache, grants
 from baton.logs import get_logger
+from baton.store import Store
 
 log = get_logger("baton.api")
 bearer = HTTPBearer(auto_error=False, description="`baton token create --name NAME --scope ...`")
@@ -31,7 +33,7 @@ def required_scope(method: str, route_path: str) -> TokenScope:
     return TokenScope.ADMIN
 
 
-def authorize(
+async def authorize(
     request: Request,
     store: StoreDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
@@ -44,8 +46,9 @@ def authorize(
             headers={"WWW-Authenticate": "Bearer"},
         )
     cache: TokenCache = request.app.state.token_cache
-    with store.session() as session:
-        found = cache.lookup(session, credentials.credentials)
+    found = cache.cached(credentials.credentials)
+    if found is None:  # a database look-up blocks: do it in the thread pool
+        found = await run_in_threadpool(lookup_token, store, cache, credentials.credentials)
     if found is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, "authorization: unknown token", headers={"WWW-Authenticate": "Bearer"}
@@ -56,6 +59,11 @@ def authorize(
     if not grants(scopes, needed):
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"token '{name}' lacks the '{needed.value}' scope")
     structlog.contextvars.bind_contextvars(token=name)
+
+
+def lookup_token(store: Store, cache: TokenCache, token: str) -> tuple[str, list[str]] | None:
+    with store.session() as session:
+        return cache.lookup(session, token)
 
 
 class RequestContextMiddleware:
