@@ -18,6 +18,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -43,7 +44,7 @@ FAST_ENV = {
     # working on it: recovery puts it back after this long.
     "BATON_TASK_TIMEOUT_SECONDS": "5",
     "BATON_TASK_MAX_ATTEMPTS": "5",
-    "BATON_LOG_LEVEL": "warning",
+    "BATON_LOG_LEVEL": "info",
     "BATON_AUTH": "off",
 }
 
@@ -64,6 +65,8 @@ class Cluster:
     """The processes under test; each can be killed and brought back like Kubernetes would."""
 
     def __init__(self, database_url: str, api_replicas: int, directors: int) -> None:
+        self.log_dir = Path(tempfile.mkdtemp(prefix="baton-replication-"))
+        self._logs = 0
         self.database_url = database_url
         self.env = {**os.environ, **FAST_ENV, "BATON_DATABASE_URL": database_url}
         self.api: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -77,17 +80,22 @@ class Cluster:
         process = subprocess.Popen(
             [sys.executable, "-m", "baton", "serve", "--no-director", "--port", str(port)],
             env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=self._log("api"),
+            stderr=subprocess.STDOUT,
         )
         return f"http://127.0.0.1:{port}", process
+
+    def _log(self, kind: str) -> Any:
+        """Each process logs to a file of its own under `log_dir` (schedulers share their director's)."""
+        self._logs += 1
+        return (self.log_dir / f"{self._logs:02d}-{kind}.log").open("wb")
 
     def _start_director(self) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, "-m", "baton", "director", "--runner", "process"],
             env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=self._log("director"),
+            stderr=subprocess.STDOUT,
         )
 
     @property
@@ -183,13 +191,21 @@ class JobRunner(threading.Thread):
         self.stop_event = stop
         self.index = index
         self.batch = batch
+        self.clients: dict[str, httpx.Client] = {}
+
+    def _client(self, url: str) -> httpx.Client:
+        """One keep-alive client per replica URL (a new connection per request would make the
+        load generator, not Baton, the bottleneck)."""
+        if url not in self.clients:
+            self.clients[url] = httpx.Client(base_url=url, timeout=10)
+        return self.clients[url]
 
     def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response | None:
         urls = self.cluster.urls
         for attempt in range(len(urls) * 3):
             url = urls[(self.index + attempt) % len(urls)]
             try:
-                response = httpx.request(method, url + path, timeout=10, **kwargs)
+                response = self._client(url).request(method, path, **kwargs)
             except httpx.HTTPError:
                 with self.ledger.lock:
                     self.ledger.errors += 1
@@ -314,6 +330,7 @@ def run_chaos(
     stop = threading.Event()
     report: dict[str, Any] = {"api_replicas": api_replicas, "clients": clients, "events": events, "kills": []}
     with running_cluster(database_url, api_replicas, 2) as cluster:
+        report["logs"] = str(cluster.log_dir)
         if not wait_for(lambda: cluster.leader_pid() is not None, 60):
             raise RuntimeError("no director became leader")
         feeder = EventFeeder(cluster, orgs, events, rate=max(20.0, events / 15))

@@ -47,6 +47,7 @@ class AdvisoryLockLeader:
         if self._conn is not None:
             try:
                 self._conn.execute(text("SELECT 1"))
+                self._conn.commit()  # never sit "idle in transaction" while leading
                 return True
             except DBAPIError:
                 log.warning("lost the database connection holding the leader lock")

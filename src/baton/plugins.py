@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
-from sqlalchemy import select
+from sqlalchemy import CursorResult, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from baton.models import Plugin, PluginSetting
@@ -86,14 +87,18 @@ def load_catalogue_file(path: Path) -> list[PluginSpec]:
 
 
 def seed_plugins(session: Session, specs: Sequence[PluginSpec]) -> int:
-    """Add catalogue entries whose id is unknown; existing ones (maybe edited via the API) stay."""
-    known = set(session.scalars(select(Plugin.id)).all())
-    added = 0
-    for spec in specs:
-        if spec.id not in known:
-            session.add(Plugin(**spec.model_dump()))
-            added += 1
-    return added
+    """Add catalogue entries whose id is unknown; existing ones (maybe edited via the API) stay.
+
+    `ON CONFLICT DO NOTHING`: several replicas starting at once all seed, and none may fail on it.
+    """
+    if not specs:
+        return 0
+    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    stmt = (
+        insert(Plugin).values([spec.model_dump() for spec in specs]).on_conflict_do_nothing(index_elements=[Plugin.id])
+    )
+    result: CursorResult[Any] = session.execute(stmt)  # type: ignore[assignment]
+    return int(result.rowcount or 0)
 
 
 def get_plugin(session: Session, plugin_id: str) -> Plugin:
