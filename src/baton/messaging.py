@@ -83,6 +83,15 @@ def connect(url: str) -> pika.BlockingConnection:
     return pika.BlockingConnection(params)
 
 
+def close_quietly(connection: pika.BlockingConnection | None) -> None:
+    """Close a connection that may already be broken (the broker went away): errors are expected."""
+    try:
+        if connection is not None and connection.is_open:
+            connection.close()
+    except AMQP_ERRORS:
+        pass
+
+
 def declare_queue(channel: BlockingChannel, name: str) -> None:
     channel.queue_declare(queue=name, durable=True)
 
@@ -157,11 +166,7 @@ class Publisher:
         self.publish(ORGANISATIONS_QUEUE, event.model_dump(mode="json", exclude_none=True))
 
     def _reset(self) -> None:
-        try:
-            if self._connection is not None and self._connection.is_open:
-                self._connection.close()
-        except AMQP_ERRORS:
-            pass
+        close_quietly(self._connection)
         self._connection = None
         self._channel = None
 
@@ -254,11 +259,7 @@ class RabbitMQSource:
             return []
 
     def _drop(self) -> None:
-        try:
-            if self._connection is not None and self._connection.is_open:
-                self._connection.close()
-        except AMQP_ERRORS:
-            pass
+        close_quietly(self._connection)
         self._connection = None
         self._channel = None
         self._messages = None
@@ -316,8 +317,7 @@ class OrganisationWatcher:
                     continue
                 self._handle(channel, method.delivery_tag, body or b"")
         finally:
-            if connection.is_open:
-                connection.close()
+            close_quietly(connection)
 
     def _handle(self, channel: BlockingChannel, tag: int, body: bytes) -> None:
         try:
