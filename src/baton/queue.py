@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, text, update
+from sqlalchemy import ColumnElement, and_, func, literal_column, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -22,6 +22,9 @@ from baton.models import Scheduler, Task, TaskStatus, utcnow
 from baton.store import ConflictError, NotFoundError, get_scheduler
 
 QUEUED_WITH_HASH = "status = 'queued' AND hash IS NOT NULL"
+# `status = 'queued'` written as a literal, not a bound parameter: only then can SQLite (and a
+# PostgreSQL generic plan) prove the condition of the partial indexes and use them.
+IS_QUEUED = Task.status == literal_column("'queued'")
 
 # Which status a task may move to from each status, through the API.
 ALLOWED_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
@@ -65,12 +68,7 @@ def queue_is_full(session: Session, queue: Scheduler) -> bool:
     if queue.maxsize <= 0:
         return False
     # Count at most `maxsize` rows: bounded work however long the queue is.
-    capped = (
-        select(Task.seq)
-        .where(Task.scheduler_id == queue.id, Task.status == TaskStatus.QUEUED.value)
-        .limit(queue.maxsize)
-        .subquery()
-    )
+    capped = select(Task.seq).where(Task.scheduler_id == queue.id, IS_QUEUED).limit(queue.maxsize).subquery()
     count = session.scalar(select(func.count()).select_from(capped)) or 0
     return count >= queue.maxsize
 
@@ -81,7 +79,7 @@ def _reprioritise_queued_duplicate(session: Session, scheduler_id: str, task_has
         .where(
             Task.scheduler_id == scheduler_id,
             Task.hash == task_hash,
-            Task.status == TaskStatus.QUEUED.value,
+            IS_QUEUED,
         )
         .values(priority=priority, modified_at=utcnow())
         .returning(Task)
@@ -153,7 +151,7 @@ def pop(
     condition: ColumnElement[bool] | None = None,
 ) -> list[Task]:
     """Hand out up to `limit` queued tasks (now `dispatched`), best priority first."""
-    candidates = select(Task.seq).where(Task.status == TaskStatus.QUEUED.value)
+    candidates = select(Task.seq).where(IS_QUEUED)
     if scheduler_id is not None:
         candidates = candidates.where(Task.scheduler_id == scheduler_id)
     if task_type is not None:
@@ -165,12 +163,14 @@ def pop(
         # A materialised CTE runs the locking SELECT exactly once; as an `IN (subquery)` the planner
         # may re-run it per outer row and dispatch more than `limit` tasks.
         claimed = candidates.cte("claimed").prefix_with("MATERIALIZED")
-        target = Task.seq.in_(select(claimed.c.seq))
+        target = and_(Task.seq.in_(select(claimed.c.seq)), IS_QUEUED)
     else:
+        # Writers are serialised here, so the sub-select's rows are still queued. No second status
+        # test: with it, SQLite scans every queued row by status instead of looking up the rowids.
         target = Task.seq.in_(candidates.scalar_subquery())
     stmt = (
         update(Task)
-        .where(target, Task.status == TaskStatus.QUEUED.value)
+        .where(target)
         .values(status=TaskStatus.DISPATCHED.value, modified_at=utcnow())
         .returning(Task)
         .execution_options(synchronize_session=False)
@@ -226,22 +226,13 @@ def list_tasks(
 
 
 def queue_sizes(session: Session) -> dict[str, int]:
-    rows = session.execute(
-        select(Task.scheduler_id, func.count())
-        .where(Task.status == TaskStatus.QUEUED.value)
-        .group_by(Task.scheduler_id)
-    ).all()
+    rows = session.execute(select(Task.scheduler_id, func.count()).where(IS_QUEUED).group_by(Task.scheduler_id)).all()
     return {scheduler_id: count for scheduler_id, count in rows}
 
 
 def queue_size(session: Session, scheduler_id: str) -> int:
     return (
-        session.scalar(
-            select(func.count())
-            .select_from(Task)
-            .where(Task.scheduler_id == scheduler_id, Task.status == TaskStatus.QUEUED.value)
-        )
-        or 0
+        session.scalar(select(func.count()).select_from(Task).where(Task.scheduler_id == scheduler_id, IS_QUEUED)) or 0
     )
 
 
@@ -278,7 +269,7 @@ def requeue_stuck(session: Session, *, older_than: datetime, max_attempts: int, 
                 select(Task.seq).where(
                     Task.scheduler_id == task.scheduler_id,
                     Task.hash == task.hash,
-                    Task.status == TaskStatus.QUEUED.value,
+                    IS_QUEUED,
                 )
             ).first()
         if twin is not None:  # the same work is already queued again: do not create a duplicate
