@@ -71,27 +71,32 @@ def libpq_url(url: str) -> str:
 # -- load generation ---------------------------------------------------------------------------------
 
 
-def _make_operation(kind: str, target: str, database_url: str) -> Callable[[], bool]:
-    """One client's operation. Returns False when the queue ran dry (the run is then invalid)."""
+def _make_operation(kind: str, target: str, database_url: str) -> Callable[[], int]:
+    """One client's operation; returns how many tasks it moved (0: the queue ran dry, run invalid)."""
     if kind.startswith("http"):
         client = httpx.Client(base_url=target, timeout=30)
         if kind == "http_pop":
-            return lambda: client.post(f"/queues/{QUEUE}/pop").json() is not None
+            return lambda: int(client.post(f"/queues/{QUEUE}/pop").json() is not None)
+        if kind == "http_pop_batch":
+            return lambda: len(client.post(f"/schedulers/{QUEUE}/pop", params={"limit": BATCH}).json()["results"])
+        if kind != "http_push":
+            raise ValueError(f"unknown load kind {kind!r}")
         counter = iter(range(10**9))
-        return lambda: (
+        return lambda: int(
             client.post(f"/queues/{QUEUE}/push", json={"priority": next(counter) % 100, "data": {"n": 1}}).status_code
             == 201
         )
     conn = psycopg.connect(libpq_url(database_url), autocommit=True)
     if kind == "raw_pop":
-        return lambda: bool(conn.execute(POP_SQL, {"queue": QUEUE}).fetchall())
+        return lambda: len(conn.execute(POP_SQL, {"queue": QUEUE}).fetchall())
+    if kind != "raw_insert":
+        raise ValueError(f"unknown load kind {kind!r}")
     counter = iter(range(10**9))
     return lambda: (
         conn.execute(
             INSERT_SQL,
             {"id": uuid.uuid4(), "queue": QUEUE, "org": ORG, "priority": next(counter) % 100, "data": '{"n": 1}'},
         ).rowcount
-        == 1
     )
 
 
