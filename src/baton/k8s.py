@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from baton.config import Settings
 from baton.logs import get_logger
 from baton.models import SchedulerState, SchedulerType
-from baton.schedulers import SchedulerSpec
+from baton.schedulers import SchedulerSpec, standalone_args
 
 log = get_logger("baton.k8s")
 
@@ -168,15 +168,7 @@ class KubernetesRunner:
                     {
                         "name": "scheduler",
                         "image": settings.k8s_image,
-                        "args": [
-                            "standalone",
-                            "--organisation",
-                            spec.organisation,
-                            "--scheduler",
-                            spec.type.value,
-                            "--runner-name",
-                            "kubernetes",
-                        ],
+                        "args": standalone_args(spec, self.name),
                         "envFrom": env_from,
                         "resources": {
                             "requests": {"cpu": "50m", "memory": "96Mi"},

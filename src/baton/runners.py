@@ -22,7 +22,7 @@ from typing import Generic, Protocol, TypeVar
 from baton.logs import get_logger
 from baton.models import Scheduler as SchedulerRow
 from baton.models import SchedulerState
-from baton.schedulers import Scheduler, SchedulerContext, SchedulerSpec, build_scheduler
+from baton.schedulers import Scheduler, SchedulerContext, SchedulerSpec, build_scheduler, standalone_args
 from baton.store import Store
 
 log = get_logger("baton.runners")
@@ -226,18 +226,7 @@ class ProcessRunner(SupervisingRunner["subprocess.Popen[bytes]"]):
         self.extra_env = extra_env or {}
 
     def command(self, spec: SchedulerSpec) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "baton",
-            "standalone",
-            "--organisation",
-            spec.organisation,
-            "--scheduler",
-            spec.type.value,
-            "--runner-name",
-            self.name,
-        ]
+        return [sys.executable, "-m", "baton", *standalone_args(spec, self.name)]
 
     def _launch(self, spec: SchedulerSpec) -> subprocess.Popen[bytes]:
         env = {**os.environ, **self.extra_env, "BATON_DATABASE_URL": self.database_url}

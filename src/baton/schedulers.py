@@ -64,6 +64,19 @@ class SchedulerSpec:
         return cls(organisation, SchedulerType(kind))
 
 
+def standalone_args(spec: SchedulerSpec, runner_name: str) -> list[str]:
+    """`baton` arguments that run `spec` in stand-alone mode: what a child process or a pod runs."""
+    return [
+        "standalone",
+        "--organisation",
+        spec.organisation,
+        "--scheduler",
+        spec.type.value,
+        "--runner-name",
+        runner_name,
+    ]
+
+
 def default_source(spec: SchedulerSpec) -> EventSource | None:
     return None if spec.type is SchedulerType.REPORT else DatabaseInbox(spec.id)
 
