@@ -61,6 +61,51 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def start_api_replica(env: dict[str, str], port: int, stdout: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "baton", "serve", "--no-director", "--port", str(port)],
+        env=env,
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_ready(urls: list[str], timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    for url in urls:
+        while True:
+            with suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"API replica at {url} did not become ready")
+            time.sleep(0.2)
+
+
+def stop_processes(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@contextmanager
+def api_replicas(database_url: str, count: int, extra_env: dict[str, str] | None = None) -> Iterator[list[str]]:
+    """`count` real `baton serve --no-director` processes on one database; yields their URLs once ready."""
+    env = {**os.environ, "BATON_LOG_LEVEL": "warning", **(extra_env or {}), "BATON_DATABASE_URL": database_url}
+    ports = [free_port() for _ in range(count)]
+    processes = [start_api_replica(env, port) for port in ports]
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    try:
+        wait_ready(urls)
+        yield urls
+    finally:
+        stop_processes(processes)
+
+
 class Cluster:
     """The processes under test; each can be killed and brought back like Kubernetes would."""
 
@@ -77,13 +122,7 @@ class Cluster:
             self.directors.append(self._start_director())
 
     def _start_api(self, port: int) -> tuple[str, subprocess.Popen[bytes]]:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "baton", "serve", "--no-director", "--port", str(port)],
-            env=self.env,
-            stdout=self._log("api"),
-            stderr=subprocess.STDOUT,
-        )
-        return f"http://127.0.0.1:{port}", process
+        return f"http://127.0.0.1:{port}", start_api_replica(self.env, port, self._log("api"))
 
     def _log(self, kind: str) -> Any:
         """Each process logs to a file of its own under `log_dir` (schedulers share their director's)."""
@@ -103,15 +142,7 @@ class Cluster:
         return [url for url, _ in self.api]
 
     def wait_ready(self, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        for url in self.urls:
-            while True:
-                with suppress(httpx.HTTPError):
-                    if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{url} not ready")
-                time.sleep(0.2)
+        wait_ready(self.urls, timeout)
 
     def kill_api(self, index: int, restart_after: float = 1.0) -> None:
         url, process = self.api[index]
@@ -157,13 +188,7 @@ class Cluster:
         return pid
 
     def stop(self) -> None:
-        for process in [*self.directors, *(process for _, process in self.api)]:
-            process.send_signal(signal.SIGTERM)
-        for process in [*self.directors, *(process for _, process in self.api)]:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_processes([*self.directors, *(process for _, process in self.api)])
 
 
 @dataclass

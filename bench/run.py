@@ -19,15 +19,11 @@ import math
 import multiprocessing
 import os
 import platform
-import signal
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,9 +34,12 @@ import psutil
 import psycopg
 from tqdm import tqdm
 
+from bench.replication import api_replicas
+
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "boefje-bench"
 BATCH = 10  # tasks per request in the batched-pop series
+NO_AUTH = {"BATON_AUTH": "off"}
 ORG = "bench"
 
 # The statement baton/queue.py::pop sends on PostgreSQL, written out: the raw-SQL baseline.
@@ -151,49 +150,6 @@ def measure_rate(kind: str, targets: list[str], database_url: str, clients: int,
 # -- servers and data ---------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def api_replicas(database_url: str, count: int) -> Iterator[list[str]]:
-    processes, urls = [], []
-    env = {**os.environ, "BATON_DATABASE_URL": database_url, "BATON_LOG_LEVEL": "warning", "BATON_AUTH": "off"}
-    for _ in range(count):
-        port = free_port()
-        processes.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "baton", "serve", "--no-director", "--port", str(port)],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-        urls.append(f"http://127.0.0.1:{port}")
-    try:
-        for url in urls:
-            deadline = time.time() + 60
-            while True:
-                try:
-                    if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.time() > deadline:
-                    raise RuntimeError(f"API replica at {url} did not start")
-                time.sleep(0.2)
-        yield urls
-    finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            process.wait(30)
-
-
 def reset(database_url: str, fill: int = 0) -> None:
     with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
         conn.execute("TRUNCATE tasks, events, boefje_runs RESTART IDENTITY")
@@ -238,7 +194,7 @@ class Results:
 def bench_pop(results: Results, url: str, clients_list: list[int], duration: float, bar: tqdm) -> None:
     fill = 250_000 if not results.quick else 30_000
     for replicas in (1, 3):
-        with api_replicas(url, replicas) as targets:
+        with api_replicas(url, replicas, NO_AUTH) as targets:
             for clients in clients_list:
                 reset(url, fill)
                 bar.set_description(f"pop: HTTP, {replicas} replica(s), {clients} clients")
@@ -246,7 +202,7 @@ def bench_pop(results: Results, url: str, clients_list: list[int], duration: flo
                     "http_pop", targets, url, clients, duration
                 )
                 bar.update()
-    with api_replicas(url, 1) as targets:
+    with api_replicas(url, 1, NO_AUTH) as targets:
         reset(url, fill)
         bar.set_description(f"pop: HTTP, limit={BATCH} per request, 8 clients")
         results.pop[(f"HTTP API, 1 replica, {BATCH} tasks per request", 8)] = measure_rate(
@@ -266,7 +222,7 @@ def bench_push(results: Results, url: str, amqp_url: str, duration: float, event
     results.push["raw INSERT, 8 clients"] = measure_rate("raw_insert", [""], url, 8, duration)
     bar.update()
     reset(url)
-    with api_replicas(url, 1) as targets:
+    with api_replicas(url, 1, NO_AUTH) as targets:
         bar.set_description("push: HTTP API, 8 clients")
         results.push["HTTP push, 8 clients"] = measure_rate("http_push", targets, url, 8, duration)
     bar.update()
@@ -341,7 +297,7 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def bench_latency(results: Results, url: str, sizes: list[int], pops: int, bar: tqdm) -> None:
-    with api_replicas(url, 1) as targets:
+    with api_replicas(url, 1, NO_AUTH) as targets:
         client = httpx.Client(base_url=targets[0], timeout=30)
         for size in sizes:
             bar.set_description(f"latency: filling {size:,} queued tasks")

@@ -20,7 +20,8 @@ import httpx
 from baton import queue
 from baton.models import Task
 from baton.store import Store, create_organisation
-from bench.run import QUEUE, free_port, measure_rate
+from bench.replication import free_port
+from bench.run import QUEUE, measure_rate
 
 DURATION = 5.0
 FILL = 60_000

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -13,10 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
+from bench.replication import api_replicas
 from fastapi.testclient import TestClient
 
 from baton.store import Store
-from tests.helpers import free_port, wait_until
 
 
 class JobRunnerClient:
@@ -151,34 +147,8 @@ def test_bad_filter_answers_422_naming_it(orgs: TestClient) -> None:
 
 @pytest.fixture
 def two_api_replicas(pg_store: Store) -> Iterator[list[str]]:
-    processes, urls = [], []
-    for _ in range(2):
-        port = free_port()
-        env = {**os.environ, "BATON_DATABASE_URL": pg_store.url}
-        processes.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "baton", "serve", "--no-director", "--port", str(port)],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-        urls.append(f"http://127.0.0.1:{port}")
-
-    def up(url: str) -> bool:
-        try:
-            return httpx.get(f"{url}/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        assert all(wait_until(lambda url=url: up(url), 60) for url in urls)
+    with api_replicas(pg_store.url, 2) as urls:
         yield urls
-    finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            process.wait(30)
 
 
 def test_concurrent_limit_pops_across_two_api_replicas_never_overlap(two_api_replicas: list[str]) -> None:

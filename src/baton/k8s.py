@@ -252,10 +252,6 @@ class KubernetesRunner:
         return None
 
 
-def build_kubernetes_runner(settings: Settings) -> KubernetesRunner:
-    return KubernetesRunner(load_api_client(), settings, current_namespace(settings))
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
 

@@ -10,10 +10,10 @@ import hashlib
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from croniter import croniter
 from pydantic import ValidationError
@@ -118,10 +118,6 @@ class Scheduler(ABC):
 
     def stop(self) -> None:
         self._stop.set()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
 
     def heartbeat(self, state: SchedulerState) -> bool:
         """Record live state; returns False when the scheduler's row is gone (organisation deleted)."""
@@ -433,16 +429,3 @@ SCHEDULER_CLASSES: dict[SchedulerType, type[Scheduler]] = {
 
 def build_scheduler(spec: SchedulerSpec, context: SchedulerContext) -> Scheduler:
     return SCHEDULER_CLASSES[spec.type](spec, context)
-
-
-def run_in_foreground(scheduler: Scheduler, stop_signals: Sequence[int] = ()) -> None:
-    """Run until one of `stop_signals` arrives (the stand-alone mode's main loop)."""
-    import signal
-
-    def _stop(signum: int, _frame: Any) -> None:
-        scheduler.log.info("signal received; stopping", signal=signum)
-        scheduler.stop()
-
-    for signum in stop_signals:
-        signal.signal(signum, _stop)
-    scheduler.run()
