@@ -2,9 +2,13 @@
 # Source this file, then call start_postgres / start_rabbitmq; everything stops on exit.
 # Installs the Debian packages first when they are missing and we are root.
 
-BATON_SERVICES_DIR=${BATON_SERVICES_DIR:-$(mktemp -d /tmp/baton-services.XXXXXX)}
-chmod 755 "$BATON_SERVICES_DIR"
 _baton_cleanups=()
+if [ -z "${BATON_SERVICES_DIR:-}" ]; then
+  BATON_SERVICES_DIR=$(mktemp -d /tmp/baton-services.XXXXXX)
+  # Runs last (cleanups run in reverse): the servers are stopped by then.
+  _baton_cleanups+=("rm -rf '$BATON_SERVICES_DIR'")
+fi
+chmod 755 "$BATON_SERVICES_DIR"
 
 _baton_cleanup() {
   local i
@@ -57,6 +61,12 @@ start_postgres() {
   echo "PostgreSQL on 127.0.0.1:$port ($BATON_SERVICES_DIR)"
 }
 
+_stop_epmd() {
+  local epmd
+  epmd=$(command -v epmd || ls /usr/lib/erlang/erts-*/bin/epmd 2>/dev/null | tail -n 1)
+  [ -n "$epmd" ] && "$epmd" -kill >/dev/null 2>&1 || true
+}
+
 start_rabbitmq() {
   if [ -n "${BATON_TEST_AMQP_URL:-}" ]; then return 0; fi
   local rabbit_bin=/usr/lib/rabbitmq/bin
@@ -74,6 +84,11 @@ start_rabbitmq() {
   export RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" RABBITMQ_CONFIG_FILE="$dir/rabbitmq"
   export RABBITMQ_PID_FILE="$dir/rabbitmq.pid"
   export BATON_TEST_RABBITMQCTL="$rabbit_bin/rabbitmqctl"
+  # The node starts the Erlang port mapper (epmd) unless one runs already; stop it afterwards
+  # only if we started it (`epmd -kill` also refuses while other nodes are registered).
+  if ! cat /proc/[0-9]*/comm 2>/dev/null | grep -qx epmd; then
+    _baton_cleanups+=("_stop_epmd")
+  fi
   # The Erlang cookie lives in $HOME; give the throw-away node its own.
   HOME="$dir" "$rabbit_bin/rabbitmq-server" >"$dir/server.log" 2>&1 &
   _baton_cleanups+=("HOME='$dir' '$rabbit_bin/rabbitmqctl' shutdown >/dev/null 2>&1 || kill $! 2>/dev/null")

@@ -7,7 +7,10 @@ cd "$(dirname "$0")/.."
 . scripts/services.sh
 start_postgres
 start_rabbitmq
+# Every temporary file of the run lives under the services folder, which goes when we exit.
+export TMPDIR="$BATON_SERVICES_DIR/tmp"
+mkdir -p "$TMPDIR" && chmod 755 "$TMPDIR"
 ruff check src tests bench
 ruff format --check src tests bench
 mypy
-python -m pytest "$@"
+python -m pytest --basetemp="$TMPDIR/pytest" "$@"

@@ -7,12 +7,16 @@ half is skipped locally, but fails under CI so a broken service set-up cannot pa
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from hypothesis import settings as hypothesis_settings
+from sqlalchemy import make_url, text
 
 from baton.api import create_app
 from baton.config import Settings
@@ -21,6 +25,27 @@ from baton.store import Store
 
 POSTGRES_URL = os.environ.get("BATON_TEST_POSTGRES_URL")
 _migrated: set[str] = set()
+
+# `ci` (the default): the same cases on every run and every machine, so a green run means the
+# same everywhere. `deep` (scripts/fuzz.sh): random seeds, many examples.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+hypothesis_settings.register_profile("deep", derandomize=False, database=None, print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("BATON_HYPOTHESIS_PROFILE", "ci"))
+
+
+@contextmanager
+def fresh_postgres_database(prefix: str) -> Iterator[str]:
+    """A new, empty database on the test server, dropped afterwards; yields its SQLAlchemy URL."""
+    base = make_url(postgres_url())
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def postgres_url() -> str:

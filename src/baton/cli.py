@@ -5,20 +5,28 @@ from __future__ import annotations
 import enum
 import os
 import signal
+import sys
 import threading
+from collections.abc import Callable
 from typing import Annotated, Any
 
+import click
 import typer
 import uvicorn
+from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError
 
 from baton import __version__
 from baton.auth import Scope, create_token, list_tokens, revoke_token
+from baton.cli_errors import amqp_error, database_error, describe_database, explain, settings_error
 from baton.config import Settings
 from baton.director import Director
+from baton.errors import ConfigurationError
 from baton.events import RawFileReceived, ScanProfileMutation
 from baton.leader import default_elector
 from baton.logs import configure_logging, get_logger
 from baton.messaging import (
+    AMQP_ERRORS,
     OrganisationCreated,
     OrganisationDeleted,
     OrganisationRef,
@@ -27,6 +35,7 @@ from baton.messaging import (
     organisation_applier,
     source_factory,
 )
+from baton.models import Scheduler as SchedulerRow
 from baton.models import SchedulerType
 from baton.plugins import seed_catalogue
 from baton.runners import ProcessRunner, Runner, ThreadRunner
@@ -37,7 +46,9 @@ app = typer.Typer(
     help="Baton: priority queues of scanning work per organisation, served over HTTP.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,
 )
+TRUTHY = frozenset({"1", "true", "yes", "on"})
 
 DatabaseUrl = Annotated[
     str | None,
@@ -47,11 +58,14 @@ DatabaseUrl = Annotated[
 
 def load_settings(**overrides: Any) -> Settings:
     """Environment first, then whichever command-line flags were given."""
-    settings = Settings()
-    given = {key: value for key, value in overrides.items() if value is not None}
-    if not given:
-        return settings
-    return Settings.model_validate({**settings.model_dump(), **given})
+    try:
+        settings = Settings()
+        given = {key: value for key, value in overrides.items() if value is not None}
+        if not given:
+            return settings
+        return Settings.model_validate({**settings.model_dump(), **given})
+    except ValidationError as exc:
+        raise settings_error(exc) from exc
 
 
 def _version(value: bool) -> None:
@@ -65,16 +79,32 @@ def main_callback(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the traceback of an error (also BATON_DEBUG=1); any position.")
+    ] = False,
 ) -> None:
     """Baton command line."""
 
 
+def open_store(settings: Settings) -> Store:
+    """The store, or one clear line saying why the database cannot be used."""
+    try:
+        store = Store(settings.database_url)
+        store.ping()
+    except (DBAPIError, OSError) as exc:
+        raise database_error(exc, settings.database_url) from exc
+    return store
+
+
 def prepare_store(settings: Settings) -> Store:
     """Open the store, apply migrations and seed the plugin catalogue (idempotent)."""
-    store = Store(settings.database_url)
-    store.migrate()
-    with store.session() as session:
-        seed_catalogue(session, settings.plugins_file)
+    store = open_store(settings)
+    try:
+        store.migrate()
+        with store.session() as session:
+            seed_catalogue(session, settings.plugins_file)
+    except (DBAPIError, OSError) as exc:
+        raise database_error(exc, settings.database_url) from exc
     return store
 
 
@@ -112,7 +142,14 @@ def serve(
     services = [] if no_director else director_services(store, settings, RunnerKind.thread)
     api = create_app(settings, store, services=services)
     # Baton logs one structured line per request itself (api/security.py), so uvicorn's is off.
-    uvicorn.run(api, host=settings.host, port=settings.port, log_level=settings.log_level.lower(), access_log=False)
+    uvicorn.run(
+        api,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        log_config=None,  # our handlers (logs.py): one format for every line
+        access_log=False,
+    )
 
 
 class RunnerKind(enum.StrEnum):
@@ -141,10 +178,9 @@ def build_director(store: Store, settings: Settings, runner_kind: RunnerKind) ->
 
 def build_kubernetes_director(store: Store, settings: Settings) -> Director:
     """Pods via the official client; leadership via a coordination.k8s.io Lease."""
-    from baton.k8s import KubernetesRunner, LeaseElector, current_namespace, load_api_client
+    from baton.k8s import KubernetesRunner, LeaseElector, load_api_client
 
-    api = load_api_client()
-    namespace = current_namespace(settings)
+    api, namespace = load_api_client(settings)
     identity = os.environ.get("POD_NAME") or process_location()
     elector = LeaseElector(api, namespace, settings.k8s_lease_name, identity)
     return Director(store, settings, KubernetesRunner(api, settings, namespace), elector, holder=identity)
@@ -197,8 +233,19 @@ def standalone(
     container runs). SIGTERM or SIGINT stop it gracefully; it exits 1 if the stop overruns."""
     settings = load_settings(database_url=database_url)
     configure_logging(settings.log_level, settings.log_json)
-    store = Store(settings.database_url)
+    store = open_store(settings)
+    if not store.migrations_current():
+        raise ConfigurationError(
+            f"the database ({describe_database(settings.database_url)}) has no current schema; "
+            "run `baton migrate` first (serve and director do it themselves)"
+        )
     spec = SchedulerSpec(organisation, scheduler)
+    with store.session() as session:
+        if session.get(SchedulerRow, spec.id) is None:
+            raise ConfigurationError(
+                f"organisation '{organisation}' not found (no queue '{spec.id}'); create it first "
+                "(POST /organisations or `baton publish organisation-created`)"
+            )
     context = SchedulerContext(
         store=store,
         settings=settings,
@@ -230,8 +277,15 @@ app.add_typer(publish_app, name="publish")
 AmqpUrl = Annotated[str | None, typer.Option("--amqp-url", help="Overrides BATON_AMQP_URL.")]
 
 
-def _publisher(amqp_url: str | None) -> Publisher:
-    return Publisher(load_settings(amqp_url=amqp_url).amqp_url, attempts=3)
+def _publish(amqp_url: str | None, send: Callable[[Publisher], None]) -> None:
+    url = load_settings(amqp_url=amqp_url).amqp_url
+    publisher = Publisher(url, attempts=1)  # a person is waiting: say at once what is wrong
+    try:
+        send(publisher)
+    except AMQP_ERRORS as exc:
+        raise amqp_error(exc, url) from exc
+    finally:
+        publisher.close()
 
 
 @publish_app.command("organisation-created")
@@ -242,7 +296,7 @@ def publish_organisation_created(
 ) -> None:
     """Announce a new organisation: directors create it and start its three schedulers."""
     event = OrganisationCreated(organisation=OrganisationRef(id=organisation, name=name or organisation))
-    _publisher(amqp_url).publish_organisation(event)
+    _publish(amqp_url, lambda publisher: publisher.publish_organisation(event))
     typer.echo(f"published organisation.created for {organisation}")
 
 
@@ -251,7 +305,8 @@ def publish_organisation_deleted(
     organisation: Annotated[str, typer.Argument(help="Organisation id.")], amqp_url: AmqpUrl = None
 ) -> None:
     """Announce a deleted organisation: directors delete it and stop its schedulers."""
-    _publisher(amqp_url).publish_organisation(OrganisationDeleted(organisation=OrganisationRef(id=organisation)))
+    event = OrganisationDeleted(organisation=OrganisationRef(id=organisation))
+    _publish(amqp_url, lambda publisher: publisher.publish_organisation(event))
     typer.echo(f"published organisation.deleted for {organisation}")
 
 
@@ -270,7 +325,7 @@ def publish_scan_profile_mutation(
             "object": {"primary_key": object_key, "object_type": object_type, "scan_level": scan_level},
         }
     )
-    _publisher(amqp_url).publish_event(organisation, event)
+    _publish(amqp_url, lambda publisher: publisher.publish_event(organisation, event))
     typer.echo(f"published scan_profile_mutation for {organisation}")
 
 
@@ -285,7 +340,7 @@ def publish_raw_file_received(
     event = RawFileReceived.model_validate(
         {"type": "raw_file_received", "raw_file": {"id": raw_id, "mime_types": mime_type}}
     )
-    _publisher(amqp_url).publish_event(organisation, event)
+    _publish(amqp_url, lambda publisher: publisher.publish_event(organisation, event))
     typer.echo(f"published raw_file_received for {organisation}")
 
 
@@ -310,7 +365,7 @@ def token_create(
         with store.session() as session:
             token = create_token(session, name, scopes)
     except ConflictError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"baton: error: {exc}", err=True)
         raise typer.Exit(1) from exc
     typer.echo(token)
     typer.echo(f"token '{name}' created with scopes: {', '.join(sorted(s.value for s in scopes))}", err=True)
@@ -333,10 +388,30 @@ def token_revoke(name: Annotated[str, typer.Argument(help="Token name.")], datab
         with store.session() as session:
             revoke_token(session, name)
     except NotFoundError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"baton: error: {exc}", err=True)
         raise typer.Exit(1) from exc
     typer.echo(f"token '{name}' revoked")
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """Run the command line; an error ends it with one line on stderr and exit code 1.
+
+    `--debug` (anywhere on the line) or BATON_DEBUG=1 shows the traceback instead.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = os.environ.get("BATON_DEBUG", "").strip().lower() in TRUTHY or "--debug" in args
+    args = [arg for arg in args if arg != "--debug"]
+    configure_logging(os.environ.get("BATON_LOG_LEVEL", "info"), os.environ.get("BATON_LOG_JSON", "").lower() in TRUTHY)
+    try:
+        outcome = app(args=args, prog_name="baton", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except Exception as exc:
+        if debug:
+            raise
+        print(f"baton: error: {explain(exc)}", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(outcome if isinstance(outcome, int) else 0)

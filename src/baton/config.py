@@ -19,6 +19,19 @@ def normalise_database_url(url: str) -> str:
     return url
 
 
+SUPPORTED_DATABASES = ("sqlite", "postgresql+psycopg")
+
+
+def check_database_url(url: str) -> str:
+    scheme = url.partition("://")[0] if "://" in url else ""
+    if scheme not in SUPPORTED_DATABASES:
+        shown = f"scheme '{scheme}'" if scheme else f"'{url[:60]}'"
+        raise ValueError(
+            f"unsupported database URL {shown}; use sqlite:///path/baton.db or postgresql://user@host:port/db"
+        )
+    return url
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BATON_", extra="ignore")
 
@@ -71,4 +84,4 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _normalise_url(cls, value: str) -> str:
-        return normalise_database_url(value)
+        return check_database_url(normalise_database_url(value))

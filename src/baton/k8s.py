@@ -22,6 +22,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from baton.config import Settings
+from baton.errors import ConfigurationError
 from baton.logs import get_logger
 from baton.models import SchedulerState, SchedulerType
 from baton.schedulers import SchedulerSpec, standalone_args
@@ -64,23 +65,35 @@ def organisation_label(organisation: str) -> str:
     return f"h-{_digest(organisation, 20)}"
 
 
-def load_api_client() -> client.ApiClient:
-    """In-cluster service account when available, else kubeconfig."""
+def load_api_client(settings: Settings) -> tuple[client.ApiClient, str]:
+    """The API client and the namespace to work in: in-cluster service account when available,
+    else the kubeconfig (KUBECONFIG or ~/.kube/config) and its current context's namespace."""
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
         log.info("kubernetes: in-cluster configuration")
+        return client.ApiClient(), settings.k8s_namespace or _service_account_namespace()
     except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-        log.info("kubernetes: kubeconfig")
-    return client.ApiClient()
+        pass
+    # Read KUBECONFIG now: the client reads it once, at import.
+    kubeconfig = os.path.expanduser(os.environ.get("KUBECONFIG") or "~/.kube/config")
+    try:
+        config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        _contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    except (config.ConfigException, OSError) as exc:
+        raise ConfigurationError(
+            f"not in a pod and no usable kubeconfig ({str(exc).strip() or type(exc).__name__}); "
+            "set KUBECONFIG, or run the director inside the cluster"
+        ) from exc
+    context_namespace = (active or {}).get("context", {}).get("namespace")
+    namespace = settings.k8s_namespace or context_namespace or "default"
+    log.info("kubernetes: kubeconfig", context=(active or {}).get("name"), namespace=namespace)
+    return client.ApiClient(), namespace
 
 
-def current_namespace(settings: Settings) -> str:
-    if settings.k8s_namespace:
-        return settings.k8s_namespace
+def _service_account_namespace() -> str:
     try:
         with open(SERVICE_ACCOUNT_NAMESPACE) as handle:
-            return handle.read().strip()
+            return handle.read().strip() or "default"
     except OSError:
         return "default"
 

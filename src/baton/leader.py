@@ -2,13 +2,17 @@
 
 `AdvisoryLockLeader` holds a PostgreSQL session-level advisory lock on a dedicated connection: it is
 released by the server the moment the holder's connection dies (process killed, network gone), so a
-standby takes over on its next attempt. `SingleProcessLeader` is for SQLite, where one process owns
-the database file anyway. k8s.py adds a `coordination.k8s.io` Lease elector with the same interface.
+standby takes over on its next attempt. `FileLockLeader` does the same for a SQLite file with an
+exclusive file lock, so two directors (or `baton serve` and `baton director`) on one file never both
+lead. k8s.py adds a `coordination.k8s.io` Lease elector with the same interface.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import fcntl
+import os
+from pathlib import Path
+from typing import Protocol, TextIO
 
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
@@ -90,5 +94,50 @@ class AdvisoryLockLeader:
         self._drop_connection()
 
 
+class FileLockLeader:
+    """SQLite: an exclusive `flock` on a file beside the database. The kernel releases it when the
+    holder's process dies, so a waiting director (or `baton serve`) takes over on its next round."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle: TextIO | None = None
+        self._said_waiting = False
+
+    def acquire_or_renew(self) -> bool:
+        if self._handle is not None:
+            return True
+        handle = open(self.path, "a+")  # noqa: SIM115 - held open for as long as we lead
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            if not self._said_waiting:
+                log.warning(
+                    "another director leads on this SQLite database; waiting as a follower", lock=str(self.path)
+                )
+                self._said_waiting = True
+            return False
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._handle = handle
+        self._said_waiting = False
+        log.info("became leader", lock=str(self.path))
+        return True
+
+    def release(self) -> None:
+        if self._handle is None:
+            return
+        fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)
+        self._handle.close()
+        self._handle = None
+
+
 def default_elector(store: Store) -> LeaderElector:
-    return AdvisoryLockLeader(store) if store.dialect == "postgresql" else SingleProcessLeader()
+    if store.dialect == "postgresql":
+        return AdvisoryLockLeader(store)
+    database = store.engine.url.database
+    if not database or database == ":memory:":
+        return SingleProcessLeader()  # an in-memory database is private to this process anyway
+    return FileLockLeader(Path(database).expanduser().resolve().with_name(Path(database).name + ".leader"))

@@ -1,32 +1,66 @@
-"""Structured logging (structlog): console text by default, JSON lines with BATON_LOG_JSON=true."""
+"""Logging: one format for every line (Baton's own, uvicorn's, alembic's, pika's), to stderr.
+
+Console text by default, JSON lines with BATON_LOG_JSON=true. Standard-library loggers of the
+libraries go through structlog's formatter, so a JSON log stays parseable line by line. Chatty
+libraries (alembic's migration banner, kubernetes, urllib3) log at WARNING and above only.
+"""
 
 from __future__ import annotations
 
 import logging
+import sys
 
 import structlog
 
+QUIET_LIBRARIES = ("alembic", "kubernetes", "urllib3", "asyncio", "httpx", "httpcore")
+# pika logs each step of a failed connection as an ERROR (seven lines and a traceback per attempt);
+# Baton logs every broker failure itself, once, with the reason. pika speaks again with debug.
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+def _level(level: str) -> int:
+    numeric = logging.getLevelName(level.upper())
+    return numeric if isinstance(numeric, int) else logging.INFO
+
 
 def configure_logging(level: str = "info", json: bool = False) -> None:
-    numeric = logging.getLevelName(level.upper())
-    if not isinstance(numeric, int):
-        numeric = logging.INFO
-    logging.basicConfig(level=numeric, format="%(message)s")
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
-    )
+    numeric = _level(level)
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: structlog.typing.Processor
+    if json:
+        renderer = structlog.processors.JSONRenderer()
+        shared.append(structlog.processors.dict_tracebacks)
+    else:
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=False, exception_formatter=structlog.dev.plain_traceback, sort_keys=False
+        )
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.StackInfoRenderer(),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         cache_logger_on_first_use=True,
     )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(numeric)
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(max(logging.WARNING, numeric))
+    logging.getLogger("pika").setLevel(numeric if numeric <= logging.DEBUG else logging.CRITICAL)
+    for name in UVICORN_LOGGERS:  # uvicorn installs its own handlers unless told not to: use ours
+        logger = logging.getLogger(name)
+        logger.handlers = []
+        logger.propagate = True
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
+from baton.filters import parse_filters
 from baton.models import SchedulerState, SchedulerType, TaskStatus
 
 OrganisationId = Annotated[
@@ -21,6 +22,7 @@ OrganisationId = Annotated[
     ),
 ]
 MAX_LIST_LIMIT = 1000
+MAX_OFFSET = 2**31 - 1  # what either database accepts as OFFSET, with room to spare
 
 
 def _reject_strings_and_bools(value: object) -> object:
@@ -62,7 +64,7 @@ class Filter(StrictModel):
     """One condition: `column` (or a `field` path into `data`, levels joined by `__`) `operator` `value`."""
 
     column: FilterColumn
-    field: str | None = Field(None, max_length=512, pattern=r"^[A-Za-z0-9_\-]+(__[A-Za-z0-9_\-]+)*$")
+    field: str | None = Field(None, max_length=512, pattern=r"^([A-Za-z0-9_\-]+(__[A-Za-z0-9_\-]+)*)?$")
     operator: FilterOperator = "eq"
     value: Any = Field(description="A list for in/not_in, a pattern for like/ilike, JSON for contains.")
 
@@ -80,8 +82,19 @@ class NotFilter(StrictModel):
 
 
 FilterNode = Filter | AndFilter | OrFilter | NotFilter
-# A list of filters (AND) or one filter or group; compiled to SQL by filters.py.
-FilterSpec = list[FilterNode] | FilterNode
+
+
+def _check_filters(value: Any) -> Any:
+    """Validate with the filter language's own rules first: one short message naming the filter,
+    instead of the union's alternatives one by one (which ran to kilobytes)."""
+    if value is not None:
+        parse_filters(value)
+    return value
+
+
+# A list of filters (AND) or one filter or group; compiled to SQL by filters.py. The models above
+# document the shape in OpenAPI; `parse_filters` decides what is valid.
+FilterSpec = Annotated[list[FilterNode] | FilterNode, BeforeValidator(_check_filters)]
 
 
 def dump_filters(spec: FilterSpec | None) -> Any:

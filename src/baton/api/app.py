@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
+import structlog
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -23,10 +24,13 @@ from baton.api.security import RequestContextMiddleware, authorize
 from baton.auth import TokenCache
 from baton.config import Settings
 from baton.filters import FilterError
+from baton.logs import get_logger
 from baton.metrics import Metrics
 from baton.queue import QueueFullError
 from baton.schemas import ErrorOut
 from baton.store import ConflictError, NotFoundError, Store
+
+log = get_logger("baton.api")
 
 
 def _field_name(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -37,7 +41,10 @@ def _field_name(loc: tuple[Any, ...] | list[Any]) -> str:
 def _validation_message(exc: RequestValidationError) -> str:
     problems = []
     for err in exc.errors():
-        problem = f"{_field_name(err.get('loc', ()))}: {err.get('msg', 'invalid')}"
+        field = _field_name(err.get("loc", ()))
+        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        # The filter language names its own location (`filters[0].operator: ...`).
+        problem = message if message.startswith(field) else f"{field}: {message}"
         given = err.get("input")
         if isinstance(given, str | int | float | bool) and len(str(given)) <= 100:
             problem += f" (got {given!r})"
@@ -120,10 +127,20 @@ def _install_error_handlers(app: FastAPI) -> None:
         return error(503, "database unavailable; retry later")
 
     @app.exception_handler(DBAPIError)
-    async def _database_error(_: Request, exc: DBAPIError) -> JSONResponse:
+    async def _database_error(request: Request, exc: DBAPIError) -> JSONResponse:
         if exc.connection_invalidated:
             return error(503, "database connection lost; retry later")
-        raise exc
+        return _server_fault(request, exc)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        return _server_fault(request, exc)
+
+    def _server_fault(request: Request, exc: Exception) -> JSONResponse:
+        """A genuine bug or server fault: log the traceback with the request id, answer JSON."""
+        request_id = request.headers.get("x-request-id") or structlog.contextvars.get_contextvars().get("request_id")
+        log.error("unhandled error", path=request.url.path, method=request.method, exc_info=exc)
+        return error(500, f"internal server error (request id {request_id}); the server log has the details")
 
 
 class BackgroundService(Protocol):

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 from baton import queue
 from baton.api.deps import Responses, StoreDep
 from baton.models import SchedulerType, TaskStatus
-from baton.schemas import MAX_LIST_LIMIT, ErrorOut, TaskList, TaskOut, TaskPatch
+from baton.schemas import MAX_LIST_LIMIT, MAX_OFFSET, ErrorOut, TaskList, TaskOut, TaskPatch
 
 router = APIRouter(prefix="/tasks", tags=["tasks"])
 UNKNOWN_TASK: Responses = {404: {"model": ErrorOut, "description": "Unknown task"}}
@@ -24,7 +24,7 @@ def list_tasks(
     organisation: str | None = None,
     type: SchedulerType | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> TaskList:
     with store.session() as session:
         count, rows = queue.list_tasks(
