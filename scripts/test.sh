@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite, against real servers: starts a throw-away PostgreSQL and RabbitMQ (installing the
-# Debian packages when missing and run as root), runs ruff, mypy and pytest, and stops the servers.
+# Debian packages when missing and run as root), runs ruff, mypy, the import-layer contracts and
+# pytest (tests/unit, integration, system), and stops the servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/services.sh
@@ -10,7 +11,8 @@ start_rabbitmq
 # Every temporary file of the run lives under the services folder, which goes when we exit.
 export TMPDIR="$BATON_SERVICES_DIR/tmp"
 mkdir -p "$TMPDIR" && chmod 755 "$TMPDIR"
-ruff check src tests bench
-ruff format --check src tests bench
+ruff check src tests bench scripts
+ruff format --check src tests bench scripts
 mypy
+lint-imports
 python -m pytest --basetemp="$TMPDIR/pytest" "$@"

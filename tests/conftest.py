@@ -19,9 +19,9 @@ from hypothesis import settings as hypothesis_settings
 from sqlalchemy import make_url, text
 
 from baton.api import create_app
-from baton.config import Settings
-from baton.models import Base
-from baton.store import Store
+from baton.core.settings import Settings
+from baton.storage.engine import Store
+from baton.storage.tables import Base
 
 POSTGRES_URL = os.environ.get("BATON_TEST_POSTGRES_URL")
 _migrated: set[str] = set()

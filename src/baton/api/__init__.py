@@ -1,4 +1,5 @@
-"""The HTTP API: a stateless FastAPI app; any replica serves any queue."""
+"""The HTTP API: a stateless FastAPI app; any replica serves any queue. Depends on service,
+ingest, storage and core."""
 
 from baton.api.app import create_app
 

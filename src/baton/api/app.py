@@ -1,65 +1,37 @@
-"""App factory: routers, error mapping to clear JSON, health and metrics."""
+"""App factory: routers, errors as JSON, health and metrics. The app is stateless: any replica
+serves any queue."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Protocol
 
-import structlog
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy.exc import DBAPIError, OperationalError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from sqlalchemy.exc import OperationalError
 
 from baton import __version__
-from baton.api import compat, events, organisations, plugins, queues, reports, schedulers, tasks
-from baton.api.deps import MetricsDep, Responses, StoreDep, invalid
-from baton.api.security import RequestContextMiddleware, authorize
-from baton.auth import TokenCache
-from baton.config import Settings
-from baton.filters import FilterError
-from baton.logs import get_logger
-from baton.metrics import Metrics
-from baton.queue import QueueFullError
-from baton.schemas import ErrorOut
-from baton.store import ConflictError, NotFoundError, Store
-
-log = get_logger("baton.api")
+from baton.api import events, openkat, organisations, plugins, queues, reports, schedulers, security, tasks
+from baton.api.deps import MetricsDep, Responses, StoreDep
+from baton.api.errors import install_error_handlers
+from baton.api.middleware import RequestContextMiddleware
+from baton.api.schemas import ErrorOut
+from baton.core.settings import Settings
+from baton.service.metrics import Metrics
+from baton.service.queues import QueueService
+from baton.service.tokens import TokenCache
+from baton.storage.engine import Store
+from baton.storage.executors import executor_for
 
 
-def _field_name(loc: tuple[Any, ...] | list[Any]) -> str:
-    parts = [str(part) for part in loc if part not in ("body", "query", "path")]
-    return ".".join(parts) or ".".join(str(part) for part in loc)
+class Service(Protocol):
+    def start_in_background(self) -> None: ...
 
-
-def _validation_message(exc: RequestValidationError) -> str:
-    problems = []
-    for err in exc.errors():
-        field = _field_name(err.get("loc", ()))
-        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        # The filter language names its own location (`filters[0].operator: ...`).
-        problem = message if message.startswith(field) else f"{field}: {message}"
-        given = err.get("input")
-        if isinstance(given, str | int | float | bool) and len(str(given)) <= 100:
-            problem += f" (got {given!r})"
-        problems.append(problem)
-    return "; ".join(problems)
-
-
-def allowed_methods(request: Request) -> list[str]:
-    """Every method any route serves at this path (Starlette names only the first route's)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        if match != Match.NONE:
-            methods.update(getattr(route, "methods", None) or ())
-    return sorted(methods)
+    def stop(self, timeout: float = 10.0) -> None: ...
 
 
 async def reject_unknown_query_parameters(request: Request) -> None:
@@ -83,83 +55,55 @@ async def reject_unknown_query_parameters(request: Request) -> None:
         )
 
 
-def _install_error_handlers(app: FastAPI) -> None:
-    def error(status: int, message: str, detail: Any = None, headers: dict[str, str] | None = None) -> JSONResponse:
-        return JSONResponse(
-            headers=headers,
-            status_code=status,
-            content={
-                "detail": jsonable_encoder(detail if detail is not None else message),
-                "message": message,
-            },
-        )
+def monitoring_router() -> APIRouter:
+    router = APIRouter(tags=["health"])
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{k: v for k, v in err.items() if k in ("loc", "msg", "type")} for err in exc.errors()]
-        return error(422, _validation_message(exc), errors)
+    @router.get("/ready", responses={503: {"description": "Not ready"}})
+    def ready(store: StoreDep) -> JSONResponse:
+        """Readiness: the database answers and its schema is current. Needs no token (a probe has
+        none; the answer tells only the database's kind)."""
+        try:
+            current = store.migrations_current()
+        except OperationalError:
+            return JSONResponse({"status": "unavailable", "message": "database unreachable"}, status_code=503)
+        if not current:
+            return JSONResponse({"status": "unavailable", "message": "migrations not applied"}, status_code=503)
+        return JSONResponse({"status": "ready", "database": store.dialect})
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        headers = dict(exc.headers) if exc.headers else {}
-        if exc.status_code == 405:
-            headers["Allow"] = ", ".join(allowed_methods(request))
-        return error(exc.status_code, str(exc.detail), headers=headers or None)
+    @router.get("/metrics", response_class=Response, dependencies=[security.READ])
+    def metrics(metrics: MetricsDep) -> Response:
+        """Prometheus text exposition."""
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.exception_handler(NotFoundError)
-    async def _not_found(_: Request, exc: NotFoundError) -> JSONResponse:
-        return error(404, str(exc))
-
-    @app.exception_handler(ConflictError)
-    async def _conflict(_: Request, exc: ConflictError) -> JSONResponse:
-        return error(409, str(exc))
-
-    @app.exception_handler(QueueFullError)
-    async def _full(_: Request, exc: QueueFullError) -> JSONResponse:
-        return error(429, str(exc))
-
-    @app.exception_handler(FilterError)
-    async def _bad_filter(request: Request, exc: FilterError) -> JSONResponse:
-        return await _invalid(request, invalid(("body", "filters"), str(exc)))
-
-    @app.exception_handler(OperationalError)
-    async def _database_down(_: Request, exc: OperationalError) -> JSONResponse:
-        return error(503, "database unavailable; retry later")
-
-    @app.exception_handler(DBAPIError)
-    async def _database_error(request: Request, exc: DBAPIError) -> JSONResponse:
-        if exc.connection_invalidated:
-            return error(503, "database connection lost; retry later")
-        return _server_fault(request, exc)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        return _server_fault(request, exc)
-
-    def _server_fault(request: Request, exc: Exception) -> JSONResponse:
-        """A genuine bug or server fault: log the traceback with the request id, answer JSON."""
-        request_id = request.headers.get("x-request-id") or structlog.contextvars.get_contextvars().get("request_id")
-        log.error("unhandled error", path=request.url.path, method=request.method, exc_info=exc)
-        return error(500, f"internal server error (request id {request_id}); the server log has the details")
+    return router
 
 
-class BackgroundService(Protocol):
-    def start_in_background(self) -> None: ...
-
-    def stop(self, timeout: float = 10.0) -> None: ...
+ROUTERS = (
+    organisations.router,
+    queues.router,
+    tasks.router,
+    schedulers.router,
+    openkat.router,
+    events.router,
+    plugins.router,
+    reports.router,
+)
 
 
 def create_app(
     settings: Settings | None = None,
     store: Store | None = None,
-    services: Sequence[BackgroundService] = (),
+    services: Sequence[Service] = (),
 ) -> FastAPI:
     """The API; `services` (e.g. the embedded director) start and stop with the server."""
     settings = settings or Settings()
     store = store or Store(settings.database_url)
+    metrics = Metrics(store)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The executor's pool belongs to the server's event loop: made here, closed here.
+        app.state.queues = QueueService(store, settings, executor_for(store), metrics)
         for service in services:
             service.start_in_background()
         try:
@@ -167,6 +111,7 @@ def create_app(
         finally:
             for service in services:
                 await asyncio.to_thread(service.stop)
+            await app.state.queues.close()
 
     app = FastAPI(
         lifespan=lifespan,
@@ -176,38 +121,16 @@ def create_app(
     )
     app.state.settings = settings
     app.state.store = store
-    app.state.metrics = Metrics(store)
+    app.state.metrics = metrics
     app.state.token_cache = TokenCache()
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
-    _install_error_handlers(app)
+    install_error_handlers(app)
 
     @app.get("/health", tags=["health"])
     def health() -> dict[str, str]:
         """Liveness: the process answers. Does not touch the database."""
         return {"status": "ok", "version": __version__}
 
-    # Every route but /health needs a token when authentication is on (see api/security.py).
-    monitoring = APIRouter(tags=["health"])
-
-    @monitoring.get("/ready", tags=["health"], responses={503: {"description": "Not ready"}})
-    def ready(store: StoreDep) -> JSONResponse:
-        """Readiness: the database answers and its schema is current."""
-        try:
-            current = store.migrations_current()
-        except OperationalError:
-            return JSONResponse({"status": "unavailable", "message": "database unreachable"}, status_code=503)
-        if not current:
-            return JSONResponse({"status": "unavailable", "message": "migrations not applied"}, status_code=503)
-        return JSONResponse({"status": "ready", "database": store.dialect})
-
-    @monitoring.get("/metrics", tags=["health"], response_class=Response)
-    def metrics(metrics: MetricsDep) -> Response:
-        """Prometheus text exposition."""
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    guarded = [Depends(reject_unknown_query_parameters)]
-    if settings.auth_required:
-        guarded.append(Depends(authorize))
     documented: Responses = {
         400: {"model": ErrorOut, "description": "Malformed request (e.g. a body that is not JSON)"},
         413: {"model": ErrorOut, "description": "Request body too large"},
@@ -216,16 +139,7 @@ def create_app(
     if settings.auth_required:
         documented[401] = {"model": ErrorOut, "description": "Missing or unknown bearer token"}
         documented[403] = {"model": ErrorOut, "description": "The token lacks the scope this route needs"}
-    for router in (
-        monitoring,
-        organisations.router,
-        queues.router,
-        tasks.router,
-        schedulers.router,
-        compat.router,
-        events.router,
-        plugins.router,
-        reports.router,
-    ):
+    guarded = [Depends(reject_unknown_query_parameters)]
+    for router in (monitoring_router(), *ROUTERS):
         app.include_router(router, dependencies=guarded, responses=documented)
     return app

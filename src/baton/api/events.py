@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import status
 from pydantic import BaseModel
 
+from baton.api import routing, security
 from baton.api.deps import Responses, StoreDep
-from baton.events import SchedulerEvent, enqueue_event, target_scheduler
-from baton.schemas import ErrorOut
-from baton.store import get_organisation, get_scheduler
+from baton.api.schemas import ErrorOut
+from baton.ingest.events import SchedulerEvent, enqueue_event, target_scheduler
+from baton.storage.organisations import get_organisation
+from baton.storage.schedulers import get_scheduler
 
-router = APIRouter(tags=["events"])
+router = routing.router(tags=["events"])
 UNKNOWN_ORG: Responses = {404: {"model": ErrorOut, "description": "Unknown organisation"}}
 
 
@@ -20,7 +22,12 @@ class EventAccepted(BaseModel):
     type: str
 
 
-@router.post("/organisations/{org_id}/events", status_code=status.HTTP_202_ACCEPTED, responses=UNKNOWN_ORG)
+@router.post(
+    "/organisations/{org_id}/events",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses=UNKNOWN_ORG,
+    dependencies=[security.PUSH],
+)
 def post_event(org_id: str, event: SchedulerEvent, store: StoreDep) -> EventAccepted:
     """Queue an event for the organisation's scheduler; tasks appear once it has processed it.
 

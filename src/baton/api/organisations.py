@@ -1,39 +1,56 @@
-"""Organisations: creating one creates its three queues."""
+"""Organisations: creating one creates its three queues; weight and cap set its fair share."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from fastapi import Response, status
 
-from baton.api.deps import SettingsDep, StoreDep
-from baton.schemas import ErrorOut, OrganisationIn, OrganisationOut
-from baton.store import create_organisation, delete_organisation, list_organisations
+from baton.api import routing, security
+from baton.api.deps import Responses, SettingsDep, StoreDep
+from baton.api.schemas import ErrorOut, OrganisationIn, OrganisationOut, OrganisationPatch
+from baton.storage import organisations as rows
 
-router = APIRouter(prefix="/organisations", tags=["organisations"])
+router = routing.router(prefix="/organisations", tags=["organisations"])
+UNKNOWN: Responses = {404: {"model": ErrorOut, "description": "Unknown organisation"}}
 
 
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
     responses={409: {"model": ErrorOut, "description": "The organisation exists already"}},
+    dependencies=[security.ADMIN],
 )
 def create(body: OrganisationIn, store: StoreDep, settings: SettingsDep) -> OrganisationOut:
     with store.session() as session:
-        org = create_organisation(session, body.id, body.name, settings.queue_maxsize)
+        org = rows.create_organisation(
+            session, body.id, body.name, settings.queue_maxsize, weight=body.weight, max_in_flight=body.max_in_flight
+        )
         return OrganisationOut.model_validate(org)
 
 
-@router.get("")
+@router.get("", dependencies=[security.READ])
 def list_all(store: StoreDep) -> list[OrganisationOut]:
     with store.session() as session:
-        return [OrganisationOut.model_validate(org) for org in list_organisations(session)]
+        return [OrganisationOut.model_validate(org) for org in rows.list_organisations(session)]
 
 
-@router.delete(
-    "/{org_id}",
-    status_code=status.HTTP_204_NO_CONTENT,
-    responses={404: {"model": ErrorOut, "description": "Unknown organisation"}},
-)
+@router.get("/{org_id}", responses=UNKNOWN, dependencies=[security.READ])
+def get_one(org_id: str, store: StoreDep) -> OrganisationOut:
+    with store.session() as session:
+        return OrganisationOut.model_validate(rows.get_organisation(session, org_id))
+
+
+@router.patch("/{org_id}", responses=UNKNOWN, dependencies=[security.ADMIN])
+def patch(org_id: str, body: OrganisationPatch, store: StoreDep) -> OrganisationOut:
+    """Change the organisation's fair share: `weight`, or `max_in_flight` (null removes the cap)."""
+    with store.session() as session:
+        org = rows.set_fair_share(
+            session, org_id, body.weight, body.max_in_flight, cap_given="max_in_flight" in body.model_fields_set
+        )
+        return OrganisationOut.model_validate(org)
+
+
+@router.delete("/{org_id}", status_code=status.HTTP_204_NO_CONTENT, responses=UNKNOWN, dependencies=[security.ADMIN])
 def delete(org_id: str, store: StoreDep) -> Response:
     with store.session() as session:
-        delete_organisation(session, org_id)
+        rows.delete_organisation(session, org_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

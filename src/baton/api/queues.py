@@ -1,100 +1,60 @@
-"""Queues: push and pop. A pop here is `baton.queue.pop` in one committed transaction."""
+"""Baton's own dialect for queues: `/queues/{id}` (one organisation's queue of one type).
+
+Push and pop only translate HTTP to the queue service and back; the rules live in the service.
+"""
 
 from __future__ import annotations
 
-import json
-import time
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Response, status
+from fastapi import Body, Response, status
 
-from baton import queue
-from baton.api.deps import MetricsDep, Responses, SettingsDep, StoreDep
-from baton.filters import compile_filters
-from baton.models import Scheduler, SchedulerType
-from baton.schemas import ErrorOut, PopIn, PushIn, QueueOut, TaskOut, dump_filters
-from baton.store import get_scheduler, list_schedulers
+from baton.api import routing, security
+from baton.api.deps import QueuesDep, Responses, StoreDep
+from baton.api.responses import json_response, task_document
+from baton.api.schemas import ErrorOut, PopIn, PushIn, QueueOut, TaskOut, filter_tree
+from baton.storage.queues import PushRequest
 
-router = APIRouter(prefix="/queues", tags=["queues"])
+router = routing.router(prefix="/queues", tags=["queues"])
 UNKNOWN_QUEUE: Responses = {404: {"model": ErrorOut, "description": "Unknown queue"}}
 
 
-def _queue_out(row: Scheduler, size: int) -> QueueOut:
-    return QueueOut(
-        id=row.id,
-        organisation=row.organisation,
-        type=SchedulerType(row.type),
-        size=size,
-        maxsize=row.maxsize,
-        enabled=row.enabled,
-    )
-
-
-def check_data_size(data: object, limit: int) -> None:
-    size = len(json.dumps(data, separators=(",", ":")).encode())
-    if size > limit:
-        raise HTTPException(413, f"data: {size} bytes exceeds the limit of {limit} bytes")
-
-
-@router.get("")
-def list_queues(store: StoreDep) -> list[QueueOut]:
+@router.get("", dependencies=[security.READ])
+def list_queues(store: StoreDep, queues: QueuesDep) -> list[QueueOut]:
+    """Every queue with its size (queued) and tasks in flight, from counters kept by the database."""
     with store.session() as session:
-        sizes = queue.queue_sizes(session)
-        return [_queue_out(row, sizes.get(row.id, 0)) for row in list_schedulers(session)]
+        return [QueueOut.model_validate(view) for view in queues.list_queues(session)]
 
 
-@router.get("/{queue_id}", responses=UNKNOWN_QUEUE)
-def get_queue(queue_id: str, store: StoreDep) -> QueueOut:
+@router.get("/{queue_id}", responses=UNKNOWN_QUEUE, dependencies=[security.READ])
+def get_queue(queue_id: str, store: StoreDep, queues: QueuesDep) -> QueueOut:
     with store.session() as session:
-        row = get_scheduler(session, queue_id)
-        return _queue_out(row, queue.queue_size(session, queue_id))
+        return QueueOut.model_validate(queues.get_queue(session, queue_id))
 
 
 @router.post(
     "/{queue_id}/push",
     status_code=status.HTTP_201_CREATED,
+    response_model=TaskOut,
     responses={
         **UNKNOWN_QUEUE,
         200: {"model": TaskOut, "description": "A queued task with this hash existed: its priority updated"},
-        409: {"model": ErrorOut, "description": "The queue is disabled"},
+        409: {"model": ErrorOut, "description": "The queue is disabled, or the task id is in use"},
         413: {"model": ErrorOut, "description": "`data` too large"},
         429: {"model": ErrorOut, "description": "The queue is full"},
     },
+    dependencies=[security.PUSH],
 )
-def push(
-    queue_id: str,
-    body: PushIn,
-    response: Response,
-    store: StoreDep,
-    settings: SettingsDep,
-    metrics: MetricsDep,
-) -> TaskOut:
-    check_data_size(body.data, settings.max_data_bytes)
-    with store.session() as session:
-        result = queue.push(
-            session,
-            queue_id,
-            priority=body.priority,
-            data=body.data,
-            task_hash=body.hash,
-            schedule_id=body.schedule_id,
-        )
-        task = TaskOut.model_validate(result.task)
-    response.status_code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
-    metrics.pushes.labels(queue_id, "created" if result.created else "deduplicated").inc()
-    return task
+async def push(queue_id: str, body: PushIn, queues: QueuesDep) -> Response:
+    request = PushRequest(
+        queue=queue_id, priority=body.priority, data=body.data, hash=body.hash, schedule_id=body.schedule_id
+    )
+    result = await queues.push(request)
+    return json_response(task_document(result.task), status.HTTP_201_CREATED if result.created else 200)
 
 
-@router.post("/{queue_id}/pop", responses=UNKNOWN_QUEUE)
-def pop(queue_id: str, store: StoreDep, metrics: MetricsDep, body: PopIn | None = None) -> TaskOut | None:
+@router.post("/{queue_id}/pop", response_model=TaskOut | None, responses=UNKNOWN_QUEUE, dependencies=[security.POP])
+async def pop(queue_id: str, queues: QueuesDep, body: Annotated[PopIn | None, Body()] = None) -> Response:
     """Hand out the best queued task (now `dispatched`), or `null` when the queue is empty."""
-    started = time.perf_counter()
-    with store.session() as session:
-        condition = compile_filters(dump_filters(body.filters) if body else None, store.dialect)
-        popped = queue.pop(session, scheduler_id=queue_id, limit=1, condition=condition)
-        if not popped:
-            get_scheduler(session, queue_id)  # an empty queue answers null, an unknown one 404
-        task = TaskOut.model_validate(popped[0]) if popped else None
-    metrics.pop_latency.observe(time.perf_counter() - started)
-    if task is not None:
-        metrics.pops.labels(queue_id).inc()
-    return task
+    tasks = await queues.pop(queues.target(queue=queue_id), 1, filter_tree(body.filters) if body else None)
+    return json_response(task_document(tasks[0]) if tasks else None)

@@ -6,18 +6,17 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from croniter import croniter
-from fastapi import APIRouter, Response, status
+from fastapi import Response, status
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
-from sqlalchemy import select
 
+from baton.api import routing, security
 from baton.api.deps import Responses, StoreDep
-from baton.models import ReportSchedule, utcnow
-from baton.schedulers import next_cron_run
-from baton.schemas import ErrorOut
-from baton.store import NotFoundError, get_organisation
+from baton.api.schemas import ErrorOut
+from baton.core.cron import is_valid_cron, next_cron_run
+from baton.core.model import utcnow
+from baton.storage import reports as rows
 
-router = APIRouter(prefix="/organisations/{org_id}/report-schedules", tags=["reports"])
+router = routing.router(prefix="/organisations/{org_id}/report-schedules", tags=["reports"])
 UNKNOWN: Responses = {404: {"model": ErrorOut, "description": "Unknown organisation or schedule"}}
 
 
@@ -31,7 +30,7 @@ class ReportScheduleIn(BaseModel):
     @field_validator("cron")
     @classmethod
     def _valid_cron(cls, value: str) -> str:
-        if not croniter.is_valid(value):
+        if not is_valid_cron(value):
             raise ValueError(f"'{value}' is not a valid cron expression")
         return value
 
@@ -48,39 +47,25 @@ class ReportScheduleOut(BaseModel):
     last_run_at: datetime | None
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, responses=UNKNOWN)
+@router.post("", status_code=status.HTTP_201_CREATED, responses=UNKNOWN, dependencies=[security.ADMIN])
 def create(org_id: str, body: ReportScheduleIn, store: StoreDep) -> ReportScheduleOut:
     with store.session() as session:
-        get_organisation(session, org_id)
-        schedule = ReportSchedule(
-            id=uuid.uuid4(),
-            organisation=org_id,
-            cron=body.cron,
-            data=body.data,
-            enabled=body.enabled,
-            next_run_at=next_cron_run(body.cron, utcnow()),
-            created_at=utcnow(),
+        schedule = rows.create_schedule(
+            session, org_id, body.cron, body.data, body.enabled, next_cron_run(body.cron, utcnow())
         )
-        session.add(schedule)
-        session.flush()
         return ReportScheduleOut.model_validate(schedule)
 
 
-@router.get("", responses=UNKNOWN)
+@router.get("", responses=UNKNOWN, dependencies=[security.READ])
 def list_all(org_id: str, store: StoreDep) -> list[ReportScheduleOut]:
     with store.session() as session:
-        get_organisation(session, org_id)
-        rows = session.scalars(
-            select(ReportSchedule).where(ReportSchedule.organisation == org_id).order_by(ReportSchedule.created_at)
-        )
-        return [ReportScheduleOut.model_validate(row) for row in rows]
+        return [ReportScheduleOut.model_validate(row) for row in rows.list_schedules(session, org_id)]
 
 
-@router.delete("/{schedule_id}", status_code=status.HTTP_204_NO_CONTENT, responses=UNKNOWN)
+@router.delete(
+    "/{schedule_id}", status_code=status.HTTP_204_NO_CONTENT, responses=UNKNOWN, dependencies=[security.ADMIN]
+)
 def delete(org_id: str, schedule_id: uuid.UUID, store: StoreDep) -> Response:
     with store.session() as session:
-        row = session.get(ReportSchedule, schedule_id)
-        if row is None or row.organisation != org_id:
-            raise NotFoundError(f"report schedule '{schedule_id}' not found in organisation '{org_id}'")
-        session.delete(row)
+        rows.delete_schedule(session, org_id, schedule_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

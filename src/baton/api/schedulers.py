@@ -1,28 +1,17 @@
-"""Schedulers: live state from heartbeats; enabling and disabling one."""
+"""Schedulers: live state from heartbeats (the one staleness rule); enabling and disabling one."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from fastapi import APIRouter
-
+from baton.api import routing, security
 from baton.api.deps import Responses, SettingsDep, StoreDep
-from baton.models import Scheduler, SchedulerState, SchedulerType, utcnow
-from baton.schemas import ErrorOut, SchedulerOut, SchedulerPatch
-from baton.store import get_scheduler, list_schedulers
+from baton.api.schemas import ErrorOut, SchedulerOut, SchedulerPatch
+from baton.core.heartbeat import live_state
+from baton.core.model import SchedulerState, SchedulerType, utcnow
+from baton.storage.schedulers import get_scheduler, list_schedulers
+from baton.storage.tables import Scheduler
 
-router = APIRouter(prefix="/schedulers", tags=["schedulers"])
+router = routing.router(prefix="/schedulers", tags=["schedulers"])
 UNKNOWN_SCHEDULER: Responses = {404: {"model": ErrorOut, "description": "Unknown scheduler"}}
-
-
-def live_state(row: Scheduler, heartbeat_timeout: float) -> SchedulerState:
-    """A scheduler claiming to run whose heartbeat went stale is shown failed."""
-    state = SchedulerState(row.state)
-    if state in (SchedulerState.RUNNING, SchedulerState.STARTING) and (
-        row.heartbeat_at is None or utcnow() - row.heartbeat_at > timedelta(seconds=heartbeat_timeout)
-    ):
-        return SchedulerState.FAILED
-    return state
 
 
 def scheduler_out(row: Scheduler, heartbeat_timeout: float) -> SchedulerOut:
@@ -33,28 +22,29 @@ def scheduler_out(row: Scheduler, heartbeat_timeout: float) -> SchedulerOut:
         enabled=row.enabled,
         maxsize=row.maxsize,
         runner=row.runner,
-        state=live_state(row, heartbeat_timeout),
+        state=live_state(SchedulerState(row.state), row.heartbeat_at, utcnow(), heartbeat_timeout),
         location=row.location,
         last_heartbeat=row.heartbeat_at,
     )
 
 
-@router.get("")
+@router.get("", dependencies=[security.READ])
 def list_all(store: StoreDep, settings: SettingsDep) -> list[SchedulerOut]:
     with store.session() as session:
-        return [scheduler_out(row, settings.heartbeat_timeout_seconds) for row in list_schedulers(session)]
+        timeout = settings.timing.heartbeat_timeout_seconds
+        return [scheduler_out(row, timeout) for row in list_schedulers(session)]
 
 
-@router.get("/{scheduler_id}", responses=UNKNOWN_SCHEDULER)
+@router.get("/{scheduler_id}", responses=UNKNOWN_SCHEDULER, dependencies=[security.READ])
 def get_one(scheduler_id: str, store: StoreDep, settings: SettingsDep) -> SchedulerOut:
     with store.session() as session:
-        return scheduler_out(get_scheduler(session, scheduler_id), settings.heartbeat_timeout_seconds)
+        return scheduler_out(get_scheduler(session, scheduler_id), settings.timing.heartbeat_timeout_seconds)
 
 
-@router.patch("/{scheduler_id}", responses=UNKNOWN_SCHEDULER)
+@router.patch("/{scheduler_id}", responses=UNKNOWN_SCHEDULER, dependencies=[security.ADMIN])
 def patch(scheduler_id: str, body: SchedulerPatch, store: StoreDep, settings: SettingsDep) -> SchedulerOut:
     """Enable or disable a scheduler: a disabled one ingests nothing and its queue refuses pushes."""
     with store.session() as session:
         row = get_scheduler(session, scheduler_id)
         row.enabled = body.enabled
-        return scheduler_out(row, settings.heartbeat_timeout_seconds)
+        return scheduler_out(row, settings.timing.heartbeat_timeout_seconds)

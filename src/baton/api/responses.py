@@ -1,0 +1,46 @@
+"""Task answers written straight from the database row: no model validation, `data` passed through
+as the JSON text the database returned (orjson.Fragment), timestamps as RFC 3339 with `Z`, exactly
+as the documented models (schemas.TaskOut) would render them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+from fastapi.responses import Response
+
+TASK_KEYS = (
+    "id",
+    "scheduler_id",
+    "schedule_id",
+    "organisation",
+    "type",
+    "priority",
+    "status",
+    "hash",
+    "data",
+    "attempts",
+    "reason",
+    "created_at",
+    "modified_at",
+)
+OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
+
+
+def task_document(record: dict[str, Any]) -> dict[str, Any]:
+    """Baton's task shape; `data` left as raw JSON text."""
+    document = {key: record[key] for key in TASK_KEYS}
+    if isinstance(document["data"], str):
+        document["data"] = orjson.Fragment(document["data"])
+    return document
+
+
+def json_response(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(content, option=OPTIONS), status_code, headers, media_type="application/json")
+
+
+def tasks_response(
+    records: Iterable[dict[str, Any]], shape: Callable[[dict[str, Any]], dict[str, Any]] = task_document
+) -> Response:
+    return json_response({"results": [shape(record) for record in records]})

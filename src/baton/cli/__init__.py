@@ -1,0 +1,41 @@
+"""The command line: `baton serve|director|standalone|migrate|publish|token`.
+
+An error ends a command with one line on stderr and exit code 1; `--debug` (anywhere on the line)
+or BATON_DEBUG=1 shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from baton.cli.app import app
+from baton.cli.errors import explain
+from baton.core.logging import configure_logging
+
+TRUTHY = frozenset({"1", "true", "yes", "on"})
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = os.environ.get("BATON_DEBUG", "").strip().lower() in TRUTHY or "--debug" in args
+    args = [arg for arg in args if arg != "--debug"]
+    configure_logging(os.environ.get("BATON_LOG_LEVEL", "info"), os.environ.get("BATON_LOG_JSON", "").lower() in TRUTHY)
+    try:
+        outcome = app(args=args, prog_name="baton", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except Exception as exc:
+        if debug:
+            raise
+        print(f"baton: error: {explain(exc)}", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(outcome if isinstance(outcome, int) else 0)
+
+
+__all__ = ["app", "main"]

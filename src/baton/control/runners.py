@@ -1,0 +1,260 @@
+"""Runners: where schedulers live. One interface; threads, child processes or (k8s.py) pods.
+
+The director calls `start`, `stop`, `list`, `status` and, once per reconcile round, `supervise`,
+which restarts schedulers that died, with exponential backoff. The scheduler code is the same in
+every runner: a thread runs `Scheduler.run()` directly, a child process runs `baton standalone`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from baton.core.backoff import RESTART, Backoff, fresh
+from baton.core.logging import get_logger
+from baton.core.model import SchedulerSpec, SchedulerState
+from baton.ingest.schedulers import Scheduler, SchedulerContext, build_scheduler
+from baton.storage.engine import Store
+from baton.storage.schedulers import mark_failed
+
+log = get_logger("baton.runners")
+STABLE_AFTER_SECONDS = 30.0
+
+
+def standalone_args(spec: SchedulerSpec, runner_name: str) -> list[str]:
+    """`baton` arguments that run `spec` in stand-alone mode: what a child process or a pod runs."""
+    return [
+        "standalone",
+        "--organisation",
+        spec.organisation,
+        "--scheduler",
+        spec.type.value,
+        "--runner-name",
+        runner_name,
+    ]
+
+
+class Runner(Protocol):
+    name: str
+
+    def start(self, spec: SchedulerSpec) -> None:
+        """Start a scheduler; a no-op when it already runs (reconcile is idempotent)."""
+
+    def stop(self, scheduler_id: str, timeout: float = 10.0) -> None:
+        """Stop a scheduler gracefully, forcefully after `timeout`; forget it."""
+
+    def restart(self, scheduler_id: str) -> None:
+        """Stop and start again (e.g. its heartbeat went stale)."""
+
+    def list(self) -> list[SchedulerSpec]:
+        """The schedulers this runner manages, running or waiting to be restarted."""
+        ...
+
+    def status(self, scheduler_id: str) -> SchedulerState | None:
+        """The runner's view of one scheduler; None when unknown."""
+        ...
+
+    def supervise(self) -> builtins.list[str]:
+        """Restart dead schedulers whose backoff has passed; returns their ids."""
+        ...
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop every scheduler."""
+
+
+Handle = TypeVar("Handle")
+
+
+@dataclass
+class Supervised(Generic[Handle]):
+    spec: SchedulerSpec
+    handle: Handle
+    started_at: float = field(default_factory=time.monotonic)
+    backoff: Backoff = field(default_factory=lambda: fresh(RESTART))
+    restart_at: float | None = None
+
+
+class SupervisingRunner(ABC, Generic[Handle]):
+    """Bookkeeping shared by runners of local schedulers: idempotent start, restart with backoff."""
+
+    name = "abstract"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._entries: dict[str, Supervised[Handle]] = {}
+        self._lock = threading.RLock()
+
+    @abstractmethod
+    def _launch(self, spec: SchedulerSpec) -> Handle: ...
+
+    @abstractmethod
+    def _alive(self, handle: Handle) -> bool: ...
+
+    @abstractmethod
+    def _terminate(self, handle: Handle, timeout: float) -> None: ...
+
+    def start(self, spec: SchedulerSpec) -> None:
+        with self._lock:
+            if spec.id in self._entries:
+                return
+            self._entries[spec.id] = Supervised(spec, self._launch(spec))
+            log.info("scheduler started", scheduler=spec.id, runner=self.name)
+
+    def stop(self, scheduler_id: str, timeout: float = 10.0) -> None:
+        with self._lock:
+            entry = self._entries.pop(scheduler_id, None)
+        if entry is not None:
+            self._terminate(entry.handle, timeout)
+            log.info("scheduler stopped", scheduler=scheduler_id, runner=self.name)
+
+    def restart(self, scheduler_id: str) -> None:
+        with self._lock:
+            entry = self._entries.get(scheduler_id)
+            if entry is None:
+                return
+            self._terminate(entry.handle, 10.0)
+            entry.handle = self._launch(entry.spec)
+            entry.started_at = time.monotonic()
+            log.warning("scheduler restarted", scheduler=scheduler_id, runner=self.name)
+
+    def list(self) -> list[SchedulerSpec]:
+        with self._lock:
+            return sorted(entry.spec for entry in self._entries.values())
+
+    def status(self, scheduler_id: str) -> SchedulerState | None:
+        with self._lock:
+            entry = self._entries.get(scheduler_id)
+            if entry is None:
+                return None
+            return SchedulerState.RUNNING if self._alive(entry.handle) else SchedulerState.FAILED
+
+    def supervise(self) -> builtins.list[str]:
+        restarted: list[str] = []
+        now = time.monotonic()
+        with self._lock:
+            for scheduler_id, entry in self._entries.items():
+                if self._alive(entry.handle):
+                    if entry.backoff.failures_seen and now - entry.started_at > STABLE_AFTER_SECONDS:
+                        entry.backoff.reset()
+                    continue
+                if entry.restart_at is None:
+                    delay = entry.backoff.next()
+                    entry.restart_at = now + delay
+                    self._mark_failed(scheduler_id)
+                    log.warning("scheduler died; restarting after backoff", scheduler=scheduler_id, delay=delay)
+                if now >= entry.restart_at:
+                    entry.handle = self._launch(entry.spec)
+                    entry.started_at = now
+                    entry.restart_at = None
+                    restarted.append(scheduler_id)
+        return restarted
+
+    def _mark_failed(self, scheduler_id: str) -> None:
+        """A dead scheduler cannot report itself: show it failed until it is back."""
+        try:
+            with self.store.session() as session:
+                mark_failed(session, scheduler_id)
+        except Exception:
+            log.warning("could not mark scheduler failed", scheduler=scheduler_id)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            entries = list(self._entries.values())
+            self._entries.clear()
+        for entry in entries:
+            self._terminate(entry.handle, timeout)
+
+
+@dataclass
+class ThreadHandle:
+    scheduler: Scheduler
+    thread: threading.Thread
+
+
+class ThreadRunner(SupervisingRunner[ThreadHandle]):
+    """Schedulers as threads of this process (the embedded `baton serve`)."""
+
+    name = "thread"
+
+    def __init__(self, context: SchedulerContext) -> None:
+        super().__init__(context.store)
+        self.context = context
+
+    def _launch(self, spec: SchedulerSpec) -> ThreadHandle:
+        scheduler = build_scheduler(spec, self.context)
+        thread = threading.Thread(target=self._run, args=(scheduler,), name=f"scheduler-{spec.id}", daemon=True)
+        thread.start()
+        return ThreadHandle(scheduler, thread)
+
+    @staticmethod
+    def _run(scheduler: Scheduler) -> None:
+        try:
+            scheduler.run()
+        except Exception:  # already logged and recorded by the scheduler; supervise() restarts it
+            return
+
+    def _alive(self, handle: ThreadHandle) -> bool:
+        return handle.thread.is_alive()
+
+    def _terminate(self, handle: ThreadHandle, timeout: float) -> None:
+        handle.scheduler.stop()
+        handle.thread.join(timeout)
+        if handle.thread.is_alive():
+            log.warning("scheduler thread did not stop in time", scheduler=handle.scheduler.id)
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the director dies, so no orphan runs on."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+class ProcessRunner(SupervisingRunner["subprocess.Popen[bytes]"]):
+    """Schedulers as child processes, each running `baton standalone` (what a pod would run)."""
+
+    name = "process"
+
+    def __init__(self, store: Store, database_url: str, extra_env: dict[str, str] | None = None) -> None:
+        super().__init__(store)
+        self.database_url = database_url
+        self.extra_env = extra_env or {}
+
+    def command(self, spec: SchedulerSpec) -> list[str]:
+        return [sys.executable, "-m", "baton", *standalone_args(spec, self.name)]
+
+    def _launch(self, spec: SchedulerSpec) -> subprocess.Popen[bytes]:
+        env = {**os.environ, **self.extra_env, "BATON_DATABASE_URL": self.database_url}
+        return subprocess.Popen(self.command(spec), env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+
+    def _alive(self, handle: subprocess.Popen[bytes]) -> bool:
+        return handle.poll() is None
+
+    def _terminate(self, handle: subprocess.Popen[bytes], timeout: float) -> None:
+        if handle.poll() is not None:
+            return
+        handle.terminate()
+        try:
+            handle.wait(timeout)
+        except subprocess.TimeoutExpired:
+            handle.kill()
+            handle.wait()
+
+    def pid(self, scheduler_id: str) -> int | None:
+        with self._lock:
+            entry = self._entries.get(scheduler_id)
+            return entry.handle.pid if entry is not None else None

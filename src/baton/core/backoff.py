@@ -1,0 +1,37 @@
+"""The one retry policy: exponential backoff with a cap, reset after success."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Backoff:
+    """`next()` gives the delay before the next attempt: initial, doubling, never above maximum."""
+
+    initial: float = 0.5
+    maximum: float = 30.0
+    factor: float = 2.0
+    _current: float = field(default=0.0, init=False)
+
+    def next(self) -> float:
+        self._current = self.initial if self._current == 0 else min(self.maximum, self._current * self.factor)
+        return self._current
+
+    def reset(self) -> None:
+        self._current = 0.0
+
+    @property
+    def failures_seen(self) -> bool:
+        return self._current != 0.0
+
+
+# Reconnecting to a broker or database: quick first retries, at most 15 s apart.
+RECONNECT = Backoff(initial=0.5, maximum=15.0)
+# Restarting a crashed scheduler: 1 s, doubling to 30 s.
+RESTART = Backoff(initial=1.0, maximum=30.0)
+
+
+def fresh(policy: Backoff) -> Backoff:
+    """A new, independent backoff with the given policy's parameters."""
+    return Backoff(initial=policy.initial, maximum=policy.maximum, factor=policy.factor)

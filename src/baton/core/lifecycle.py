@@ -1,0 +1,28 @@
+"""The task lifecycle: which status may follow which."""
+
+from __future__ import annotations
+
+from baton.core.errors import InvalidTransitionError
+from baton.core.model import TaskStatus
+
+# Which status a task may move to from each status, through the API.
+ALLOWED_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
+    TaskStatus.QUEUED: frozenset({TaskStatus.DISPATCHED, TaskStatus.CANCELLED}),
+    TaskStatus.DISPATCHED: frozenset(
+        {TaskStatus.RUNNING, TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED}
+    ),
+    TaskStatus.RUNNING: frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED}),
+    TaskStatus.COMPLETED: frozenset(),
+    TaskStatus.FAILED: frozenset(),
+    TaskStatus.CANCELLED: frozenset(),
+}
+
+
+def may_precede(requested: TaskStatus) -> frozenset[TaskStatus]:
+    """The statuses from which a task may move to `requested`."""
+    return frozenset(status for status, allowed in ALLOWED_TRANSITIONS.items() if requested in allowed)
+
+
+def check_transition(current: TaskStatus, requested: TaskStatus) -> None:
+    if requested not in ALLOWED_TRANSITIONS[current]:
+        raise InvalidTransitionError(current.value, requested.value)

@@ -1,0 +1,76 @@
+"""The domain's vocabulary: scheduler types, task and scheduler states, scheduler identities."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import Field
+
+OrganisationId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$",
+        description="Letters, digits, '_', '.', '-'; starts with a letter or digit.",
+        examples=["acme"],
+    ),
+]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class SchedulerType(enum.StrEnum):
+    """The kind of work a queue holds (OpenKAT calls it the scheduler id)."""
+
+    BOEFJE = "boefje"
+    NORMALIZER = "normalizer"
+    REPORT = "report"
+
+
+class TaskStatus(enum.StrEnum):
+    QUEUED = "queued"
+    DISPATCHED = "dispatched"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+IN_FLIGHT = frozenset({TaskStatus.DISPATCHED, TaskStatus.RUNNING})
+FINISHED = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+
+
+class SchedulerState(enum.StrEnum):
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+def scheduler_id_for(scheduler_type: SchedulerType | str, organisation: str) -> str:
+    """Queue id = scheduler id = `{type}-{organisation}`."""
+    return f"{SchedulerType(scheduler_type).value}-{organisation}"
+
+
+@dataclass(frozen=True, order=True)
+class SchedulerSpec:
+    """One scheduler: an (organisation, type) pair; its id is its queue's id."""
+
+    organisation: str
+    type: SchedulerType
+
+    @property
+    def id(self) -> str:
+        return scheduler_id_for(self.type, self.organisation)
+
+    @classmethod
+    def parse(cls, scheduler_id: str) -> SchedulerSpec:
+        kind, _, organisation = scheduler_id.partition("-")
+        return cls(organisation, SchedulerType(kind))

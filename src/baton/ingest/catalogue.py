@@ -1,0 +1,84 @@
+"""The plugin catalogue: which boefjes and normalizers exist, what they consume, where enabled.
+
+Schedulers ask a `PluginCatalogue`; `DatabaseCatalogue` answers from the `plugins` and
+`plugin_settings` tables. An HTTP client for an external catalogue service (OpenKAT's KATalogus)
+would implement the same two methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, Protocol
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from sqlalchemy.orm import Session
+
+from baton.core.errors import ConfigurationError
+from baton.ingest.events import ScanLevel
+from baton.storage.plugins import enabled_plugins, seed_plugins
+from baton.storage.tables import Plugin
+
+BUILTIN_CATALOGUE = Path(__file__).parent / "plugins.yml"
+PluginId = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+class PluginSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", from_attributes=True)
+
+    id: str = PluginId
+    type: Literal["boefje", "normalizer"]
+    name: str = Field(min_length=1, max_length=256)
+    consumes: list[str] = Field(min_length=1, max_length=64, description="Object types or mime types.")
+    scan_level: ScanLevel = Field(0, description="Boefjes: lowest object scan level they may scan.")
+    enabled: StrictBool = Field(True, description="Default for organisations without their own setting.")
+    version: str | None = Field(None, max_length=64, description="Plugin version (OpenKAT's runners show it).")
+    oci_image: str | None = Field(None, max_length=512, description="Boefjes: the container image that runs it.")
+
+
+class CatalogueFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    plugins: list[PluginSpec]
+
+
+class PluginCatalogue(Protocol):
+    def boefjes_for(self, session: Session, organisation: str, object_type: str, scan_level: int) -> list[Plugin]:
+        """Enabled boefjes that consume `object_type` and may scan an object at `scan_level`."""
+        ...
+
+    def normalizers_for(self, session: Session, organisation: str, mime_types: Sequence[str]) -> list[Plugin]:
+        """Enabled normalizers that consume any of `mime_types`."""
+        ...
+
+
+class DatabaseCatalogue:
+    def boefjes_for(self, session: Session, organisation: str, object_type: str, scan_level: int) -> list[Plugin]:
+        return [
+            plugin
+            for plugin in enabled_plugins(session, organisation, "boefje")
+            if object_type in plugin.consumes and plugin.scan_level <= scan_level
+        ]
+
+    def normalizers_for(self, session: Session, organisation: str, mime_types: Sequence[str]) -> list[Plugin]:
+        wanted = set(mime_types)
+        return [
+            plugin for plugin in enabled_plugins(session, organisation, "normalizer") if wanted & set(plugin.consumes)
+        ]
+
+
+def load_catalogue_file(path: Path) -> list[PluginSpec]:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"BATON_PLUGINS_FILE: cannot read the plugin catalogue {path}: {exc}") from exc
+    try:
+        return CatalogueFile.model_validate(raw).plugins
+    except ValidationError as exc:
+        raise ConfigurationError(f"BATON_PLUGINS_FILE: {path} is not a plugin catalogue: {exc}") from exc
+
+
+def seed_catalogue(session: Session, path: str | None) -> int:
+    """Seed from `path` (BATON_PLUGINS_FILE) or the built-in catalogue."""
+    specs = load_catalogue_file(Path(path) if path else BUILTIN_CATALOGUE)
+    return seed_plugins(session, [spec.model_dump() for spec in specs])

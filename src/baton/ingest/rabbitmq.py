@@ -1,0 +1,262 @@
+"""RabbitMQ (pika): organisation events for directors, per-organisation events for schedulers.
+
+Queues (all durable, messages persistent, JSON bodies):
+- `baton.organisations`: `{"type": "organisation.created", "organisation": {"id", "name"}}` and
+  `{"type": "organisation.deleted", "organisation": {"id"}}`, consumed by every director.
+- `{org}__scan_profile_mutations` and `{org}__raw_file_received` (OpenKAT's names), consumed by the
+  organisation's boefje and normalizer schedulers; the bodies are the events of events.py.
+- `baton.dead-letter`: malformed or unprocessable messages, with the reason in the `x-baton-error`
+  header and the source queue in `x-baton-queue`. Never dropped silently.
+
+Delivery is at-least-once with manual acks sent only after the database commit the message caused;
+processing is idempotent, so a redelivery after a crash or a broker restart creates no duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pika
+import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel
+from pika.spec import Basic, BasicProperties
+from sqlalchemy.orm import Session
+
+from baton.core.backoff import RECONNECT, fresh
+from baton.core.diagnosis import reason
+from baton.core.errors import ConfigurationError
+from baton.core.logging import get_logger
+from baton.core.model import SchedulerType
+from baton.ingest.events import (
+    CONSUMER_OF,
+    OrganisationCreated,
+    OrganisationDeleted,
+    RawFileReceived,
+    ScanProfileMutation,
+)
+
+log = get_logger("baton.messaging")
+
+ORGANISATIONS_QUEUE = "baton.organisations"
+DEAD_LETTER_QUEUE = "baton.dead-letter"
+EVENT_QUEUE_SUFFIX = {
+    SchedulerType.BOEFJE: "scan_profile_mutations",
+    SchedulerType.NORMALIZER: "raw_file_received",
+}
+# pika raises ValueError ("Timeout closed before call") from a consume on a connection the broker dropped.
+AMQP_ERRORS = (pika.exceptions.AMQPError, OSError, ValueError)
+
+
+def event_queue(organisation: str, scheduler_type: SchedulerType) -> str:
+    return f"{organisation}__{EVENT_QUEUE_SUFFIX[scheduler_type]}"
+
+
+def connect(url: str) -> pika.BlockingConnection:
+    params = pika.URLParameters(url)
+    params.heartbeat = 30
+    params.blocked_connection_timeout = 60
+    params.connection_attempts = 1
+    return pika.BlockingConnection(params)
+
+
+def close_quietly(connection: pika.BlockingConnection | None) -> None:
+    """Close a connection that may already be broken (the broker went away): errors are expected."""
+    try:
+        if connection is not None and connection.is_open:
+            connection.close()
+    except AMQP_ERRORS:
+        pass
+
+
+def amqp_error(exc: BaseException, url: str) -> ConfigurationError:
+    """One line: which broker could not be reached, why, and which setting to check."""
+    try:
+        params = pika.URLParameters(url)
+        where = f"{params.host}:{params.port}"
+    except Exception:
+        where = "the configured address"
+    return ConfigurationError(f"cannot reach RabbitMQ at {where} ({reason(exc)}); check BATON_AMQP_URL")
+
+
+def declare_queue(channel: BlockingChannel, name: str) -> None:
+    channel.queue_declare(queue=name, durable=True)
+
+
+def dead_letter(channel: BlockingChannel, body: bytes, source_queue: str, reason: str) -> None:
+    """Keep a message we cannot process, with why, in the dead-letter queue (confirmed publish)."""
+    declare_queue(channel, DEAD_LETTER_QUEUE)
+    channel.basic_publish(
+        exchange="",
+        routing_key=DEAD_LETTER_QUEUE,
+        body=body,
+        properties=BasicProperties(
+            delivery_mode=2,
+            content_type="application/json",
+            headers={"x-baton-error": reason[:4000], "x-baton-queue": source_queue},
+        ),
+        mandatory=True,
+    )
+    log.warning("message dead-lettered", queue=source_queue, reason=reason[:500])
+
+
+# -- publishing ---------------------------------------------------------------------------------------
+
+
+class Publisher:
+    """Confirmed, persistent publishing; reconnects and retries on a broker restart."""
+
+    def __init__(self, url: str, attempts: int = 20) -> None:
+        self.url = url
+        self.attempts = attempts
+        self._connection: pika.BlockingConnection | None = None
+        self._channel: BlockingChannel | None = None
+        self._declared: set[str] = set()
+
+    def _ensure_channel(self) -> BlockingChannel:
+        if self._channel is None or not self._channel.is_open:
+            self._connection = connect(self.url)
+            self._channel = self._connection.channel()
+            self._channel.confirm_delivery()
+            self._declared.clear()
+        return self._channel
+
+    def publish(self, queue_name: str, payload: dict[str, Any]) -> None:
+        body = json.dumps(payload).encode()
+        backoff = fresh(RECONNECT)
+        for attempt in range(self.attempts):
+            try:
+                channel = self._ensure_channel()
+                if queue_name not in self._declared:
+                    declare_queue(channel, queue_name)
+                    self._declared.add(queue_name)
+                channel.basic_publish(
+                    exchange="",
+                    routing_key=queue_name,
+                    body=body,
+                    properties=BasicProperties(delivery_mode=2, content_type="application/json"),
+                    mandatory=True,
+                )
+                return
+            except AMQP_ERRORS as exc:
+                self._reset()
+                if attempt == self.attempts - 1:
+                    raise
+                delay = backoff.next()
+                log.warning("publish failed; retrying", error=repr(exc), delay=delay)
+                time.sleep(delay)
+
+    def publish_event(self, organisation: str, event: ScanProfileMutation | RawFileReceived) -> None:
+        self.publish(event_queue(organisation, CONSUMER_OF[event.type]), event.model_dump(mode="json"))
+
+    def publish_organisation(self, event: OrganisationCreated | OrganisationDeleted) -> None:
+        self.publish(ORGANISATIONS_QUEUE, event.model_dump(mode="json", exclude_none=True))
+
+    def _reset(self) -> None:
+        close_quietly(self._connection)
+        self._connection = None
+        self._channel = None
+
+    def close(self) -> None:
+        self._reset()
+
+
+# -- consuming: a scheduler's event source --------------------------------------------------------------
+
+
+class AmqpDelivery:
+    def __init__(self, channel: BlockingChannel, queue_name: str, tag: int, body: bytes) -> None:
+        self.channel = channel
+        self.queue_name = queue_name
+        self.tag = tag
+        self.body = body
+        try:
+            decoded = json.loads(body)
+            self.payload: dict[str, Any] = decoded if isinstance(decoded, dict) else {"_not_an_object": decoded}
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            self.payload = {"_undecodable": str(exc)}
+
+    def settle(self, session: Session) -> None:
+        return None
+
+    def ack(self) -> None:
+        # A channel lost since receiving means the broker requeued the message already; its
+        # redelivery is idempotent, so there is nothing to do here.
+        try:
+            if self.channel.is_open:
+                self.channel.basic_ack(self.tag)
+        except AMQP_ERRORS as exc:
+            log.warning("ack failed; message will be redelivered", error=repr(exc))
+
+    def nack(self) -> None:
+        try:
+            if self.channel.is_open:
+                self.channel.basic_nack(self.tag, requeue=True)
+        except AMQP_ERRORS:
+            pass
+
+    def reject(self, reason: str) -> None:
+        dead_letter(self.channel, self.body, self.queue_name, reason)
+
+
+class RabbitMQSource:
+    """Pulls a scheduler's events from its RabbitMQ queue, prefetch-limited, reconnecting with backoff."""
+
+    def __init__(self, url: str, queue_name: str, prefetch: int = 100, wait_seconds: float = 0.05) -> None:
+        self.url = url
+        self.queue_name = queue_name
+        self.prefetch = prefetch
+        self.wait_seconds = wait_seconds
+        self._connection: pika.BlockingConnection | None = None
+        self._channel: BlockingChannel | None = None
+        self._messages: Iterator[tuple[Basic.Deliver | None, BasicProperties | None, bytes | None]] | None = None
+        self._retry_at = 0.0
+        self._backoff = fresh(RECONNECT)
+
+    def _open(self) -> None:
+        self._connection = connect(self.url)
+        channel = self._connection.channel()
+        channel.confirm_delivery()  # dead-letter publishes are confirmed
+        channel.basic_qos(prefetch_count=self.prefetch)
+        declare_queue(channel, self.queue_name)
+        self._channel = channel
+        self._messages = channel.consume(self.queue_name, inactivity_timeout=self.wait_seconds)
+        self._backoff.reset()
+        log.info("consuming", queue=self.queue_name)
+
+    def receive(self, session: Session, limit: int) -> Sequence[AmqpDelivery]:
+        if time.monotonic() < self._retry_at:
+            return []
+        try:
+            if self._messages is None:
+                self._open()
+            assert self._channel is not None and self._messages is not None
+            deliveries: list[AmqpDelivery] = []
+            while len(deliveries) < limit:
+                method, _properties, body = next(self._messages)
+                if method is None:
+                    break
+                deliveries.append(AmqpDelivery(self._channel, self.queue_name, method.delivery_tag, body or b""))
+            return deliveries
+        except AMQP_ERRORS as exc:
+            delay = self._backoff.next()
+            log.warning("broker unavailable; reconnecting", queue=self.queue_name, error=repr(exc), delay=delay)
+            self._drop()
+            self._retry_at = time.monotonic() + delay
+            return []
+
+    def _drop(self) -> None:
+        close_quietly(self._connection)
+        self._connection = None
+        self._channel = None
+        self._messages = None
+
+    def close(self) -> None:
+        try:
+            if self._channel is not None and self._channel.is_open:
+                self._channel.cancel()  # unacked messages go back to the queue
+        except AMQP_ERRORS:
+            pass
+        self._drop()

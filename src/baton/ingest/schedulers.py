@@ -1,0 +1,380 @@
+"""Schedulers: one per (organisation, type). They ingest events and rank work into their queue.
+
+The same classes run in a thread, in a child process or in a Kubernetes pod: a scheduler only needs
+a `SchedulerContext` (store, settings, where it runs, where its events come from).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import ClassVar
+
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
+from baton.core.cron import next_cron_run
+from baton.core.errors import NotFoundError, QueueDisabledError, QueueFullError, UnprocessableError
+from baton.core.logging import get_logger
+from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, TaskStatus, utcnow
+from baton.core.settings import Settings
+from baton.ingest.catalogue import DatabaseCatalogue, PluginCatalogue
+from baton.ingest.events import (
+    EVENT_ADAPTER,
+    DatabaseInbox,
+    Delivery,
+    EventSource,
+    RawFileReceived,
+    ScanProfileMutation,
+)
+from baton.storage import queues
+from baton.storage.engine import Store, insert_for
+from baton.storage.queues import PushRequest
+from baton.storage.reports import claim_due
+from baton.storage.schedulers import record_heartbeat
+from baton.storage.tables import BoefjeRun, ReportSchedule, Task
+
+log = get_logger("baton.schedulers")
+
+
+def default_source(spec: SchedulerSpec) -> EventSource | None:
+    return None if spec.type is SchedulerType.REPORT else DatabaseInbox(spec.id)
+
+
+@dataclass
+class SchedulerContext:
+    store: Store
+    settings: Settings
+    runner: str
+    location: str
+    source_factory: Callable[[SchedulerSpec], EventSource | None] = default_source
+    catalogue: PluginCatalogue = field(default_factory=DatabaseCatalogue)
+    clock: Callable[[], datetime] = utcnow
+
+
+def task_hash(*parts: str) -> str:
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+class Scheduler(ABC):
+    """Lifecycle: `run()` blocks until `stop()`; heartbeats carry state, runner and location."""
+
+    type: ClassVar[SchedulerType]
+    batch_size: ClassVar[int] = 100
+
+    def __init__(self, spec: SchedulerSpec, context: SchedulerContext) -> None:
+        self.spec = spec
+        self.context = context
+        self.store = context.store
+        self.settings = context.settings
+        self._stop = threading.Event()
+        self.enabled = True
+        self.state = SchedulerState.STOPPED
+        self.log = log.bind(scheduler=spec.id, runner=context.runner)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def heartbeat(self, state: SchedulerState) -> bool:
+        """Record live state; returns False when the scheduler's row is gone (organisation deleted)."""
+        self.state = state
+        with self.store.session() as session:
+            row = record_heartbeat(
+                session,
+                self.id,
+                state=state,
+                runner=self.context.runner,
+                location=self.context.location,
+                now=self.context.clock(),
+            )
+            if row is None:
+                return False
+            self.enabled = row.enabled
+        return True
+
+    def run(self) -> None:
+        self.log.info("scheduler starting")
+        interval = self.settings.timing.heartbeat_interval_seconds
+        next_beat = 0.0
+        try:
+            if not self.heartbeat(SchedulerState.STARTING):
+                self.log.warning("scheduler has no queue (organisation gone); not starting")
+                return
+            self.setup()
+            while not self._stop.is_set():
+                if time.monotonic() >= next_beat:
+                    if not self.heartbeat(SchedulerState.RUNNING):
+                        self.log.info("organisation deleted; scheduler stops")
+                        return
+                    next_beat = time.monotonic() + interval
+                busy = self._tick_safely() if self.enabled else 0
+                if not busy:
+                    self._stop.wait(self.settings.timing.poll_interval_seconds)
+        except Exception:
+            self.log.exception("scheduler failed")
+            self._final_heartbeat(SchedulerState.FAILED)
+            raise
+        finally:
+            self.teardown()
+        self._final_heartbeat(SchedulerState.STOPPED)
+        self.log.info("scheduler stopped")
+
+    def _final_heartbeat(self, state: SchedulerState) -> None:
+        try:
+            self.heartbeat(state)
+        except Exception:  # the database may be the reason we are stopping
+            self.log.warning("could not record final state", state=state.value)
+
+    def _tick_safely(self) -> int:
+        try:
+            return self.tick()
+        except OperationalError as exc:  # database unreachable: keep running, try again shortly
+            self.log.warning("database unavailable; backing off", error=str(exc.orig))
+            self._stop.wait(min(5.0, self.settings.timing.poll_interval_seconds * 5))
+            return 0
+
+    def setup(self) -> None:
+        """Hook run once before the loop (open connections, etc.)."""
+        return None
+
+    def teardown(self) -> None:
+        """Hook run once after the loop."""
+        return None
+
+    @abstractmethod
+    def tick(self) -> int:
+        """Do one round of work; return how much was done (0 lets the loop sleep)."""
+
+
+class EventDrivenScheduler(Scheduler):
+    """Turns events from its source into tasks; ack only after the commit that handled them."""
+
+    def __init__(self, spec: SchedulerSpec, context: SchedulerContext) -> None:
+        super().__init__(spec, context)
+        self.source: EventSource | None = None
+        self.events_handled = 0
+
+    def setup(self) -> None:
+        self.source = self.context.source_factory(self.spec)
+
+    def teardown(self) -> None:
+        if self.source is not None:
+            self.source.close()
+
+    def tick(self) -> int:
+        if self.source is None:
+            return 0
+        handled: list[Delivery] = []
+        deferred: list[Delivery] = []
+        try:
+            with self.store.session() as session:
+                deliveries = self.source.receive(session, self.batch_size)
+                for index, delivery in enumerate(deliveries):
+                    if not self._handle_delivery(session, delivery):
+                        deferred = list(deliveries[index:])
+                        break
+                    handled.append(delivery)
+        except Exception:
+            for delivery in (*handled, *deferred):
+                delivery.nack()
+            raise
+        for delivery in handled:
+            delivery.ack()
+        self.events_handled += len(handled)
+        for delivery in deferred:
+            delivery.nack()
+        if deferred:  # queue full: give job runners time to drain it
+            self._stop.wait(self.settings.timing.poll_interval_seconds)
+        return len(handled)
+
+    def _handle_delivery(self, session: Session, delivery: Delivery) -> bool:
+        """Handle one event in a savepoint. False: the queue is full, stop this batch."""
+        try:
+            event = EVENT_ADAPTER.validate_python(delivery.payload)
+        except ValidationError as exc:
+            self._reject(session, delivery, f"malformed event: {exc.errors(include_url=False)}")
+            return True
+        try:
+            with session.begin_nested():
+                self.handle(session, event)
+        except QueueFullError:
+            self.log.warning("queue full; event deferred")
+            return False
+        except (UnprocessableError, NotFoundError, QueueDisabledError) as exc:
+            self._reject(session, delivery, f"unprocessable event: {exc}")
+            return True
+        delivery.settle(session)
+        return True
+
+    def _reject(self, session: Session, delivery: Delivery, reason: str) -> None:
+        self.log.warning("event rejected", reason=reason)
+        delivery.reject(reason)
+        delivery.settle(session)
+        row = getattr(delivery, "row", None)
+        if row is not None:
+            row.error = reason
+
+    @abstractmethod
+    def handle(self, session: Session, event: ScanProfileMutation | RawFileReceived) -> list[dict[str, object]]:
+        """Create the tasks one event calls for."""
+
+
+def rank_boefje_task(previous_run: datetime | None, now: datetime) -> int:
+    """Never-run pairs first (1); then the longer since the last run, the sooner (2..169)."""
+    if previous_run is None:
+        return 1
+    hours_since = int((now - previous_run).total_seconds() // 3600)
+    return 2 + max(0, 167 - hours_since)
+
+
+class BoefjeScheduler(EventDrivenScheduler):
+    type = SchedulerType.BOEFJE
+
+    def handle(self, session: Session, event: ScanProfileMutation | RawFileReceived) -> list[dict[str, object]]:
+        if not isinstance(event, ScanProfileMutation):
+            raise UnprocessableError(f"boefje scheduler cannot handle '{event.type}' events")
+        if event.operation == "delete":
+            return []
+        obj = event.object
+        now = self.context.clock()
+        created: list[dict[str, object]] = []
+        boefjes = self.context.catalogue.boefjes_for(session, self.spec.organisation, obj.object_type, obj.scan_level)
+        for boefje in boefjes:
+            previous = session.get(BoefjeRun, (self.spec.organisation, boefje.id, obj.primary_key))
+            previous_run = previous.queued_at if previous else None
+            if not claim_boefje_run(session, self.spec.organisation, boefje.id, obj.primary_key, now, self.grace):
+                continue
+            request = PushRequest(
+                queue=self.id,
+                priority=rank_boefje_task(previous_run, now),
+                data={
+                    "boefje": {"id": boefje.id, "name": boefje.name},
+                    "input_ooi": obj.primary_key,
+                    "object_type": obj.object_type,
+                    "organization": self.spec.organisation,
+                },
+                hash=task_hash(boefje.id, obj.primary_key, self.spec.organisation),
+            )
+            created.append(queues.push(session, request, utcnow()).task)
+        return created
+
+    @property
+    def grace(self) -> timedelta:
+        return timedelta(seconds=self.settings.grace_period_seconds)
+
+
+def claim_boefje_run(
+    session: Session, organisation: str, boefje_id: str, object_key: str, now: datetime, grace: timedelta
+) -> bool:
+    """Atomically record that (boefje, object) is queued now, unless it was within the grace period.
+
+    One upsert, so two schedulers handling the same event at once cannot both claim it.
+    """
+    stmt = (
+        insert_for(session)(BoefjeRun)
+        .values(organisation=organisation, boefje_id=boefje_id, object_key=object_key, queued_at=now)
+        .on_conflict_do_update(
+            index_elements=[BoefjeRun.organisation, BoefjeRun.boefje_id, BoefjeRun.object_key],
+            set_={"queued_at": now},
+            where=BoefjeRun.queued_at <= now - grace,
+        )
+        .returning(BoefjeRun.object_key)
+    )
+    return session.execute(stmt).first() is not None
+
+
+class NormalizerScheduler(EventDrivenScheduler):
+    type = SchedulerType.NORMALIZER
+
+    def handle(self, session: Session, event: ScanProfileMutation | RawFileReceived) -> list[dict[str, object]]:
+        if not isinstance(event, RawFileReceived):
+            raise UnprocessableError(f"normalizer scheduler cannot handle '{event.type}' events")
+        raw = event.raw_file
+        created: list[dict[str, object]] = []
+        for normalizer in self.context.catalogue.normalizers_for(session, self.spec.organisation, raw.mime_types):
+            digest = task_hash(normalizer.id, raw.id, self.spec.organisation)
+            if already_handled(session, self.id, digest):
+                continue  # a redelivered event: its task exists already
+            request = PushRequest(
+                queue=self.id,
+                priority=1,
+                data={
+                    "normalizer": {"id": normalizer.id, "name": normalizer.name},
+                    "raw_data": raw.model_dump(mode="json"),
+                    "organization": self.spec.organisation,
+                },
+                hash=digest,
+            )
+            created.append(queues.push(session, request, utcnow()).task)
+        return created
+
+
+def already_handled(session: Session, scheduler_id: str, digest: str) -> bool:
+    """A task with this hash exists that is not failed or cancelled (those may be retried)."""
+    return (
+        session.scalar(
+            select(Task.seq)
+            .where(
+                Task.scheduler_id == scheduler_id,
+                Task.hash == digest,
+                Task.status.not_in([TaskStatus.FAILED.value, TaskStatus.CANCELLED.value]),
+            )
+            .limit(1)
+        )
+        is not None
+    )
+
+
+class ReportScheduler(Scheduler):
+    """Turns due report schedules into report tasks. Missed runs are caught up once, not per miss."""
+
+    type = SchedulerType.REPORT
+
+    def tick(self) -> int:
+        now = self.context.clock()
+        with self.store.session() as session:
+            due = claim_due(session, self.spec.organisation, now, self.batch_size)
+            for schedule in due:
+                self._queue_report(session, schedule, now)
+            return len(due)
+
+    def _queue_report(self, session: Session, schedule: ReportSchedule, now: datetime) -> None:
+        due_at = schedule.next_run_at
+        request = PushRequest(
+            queue=self.id,
+            priority=1,
+            data={
+                "report": schedule.data,
+                "schedule_id": str(schedule.id),
+                "due_at": due_at.isoformat(),
+                "organization": self.spec.organisation,
+            },
+            hash=task_hash(str(schedule.id), due_at.isoformat()),
+            schedule_id=str(schedule.id),
+        )
+        queues.push(session, request, utcnow())
+        schedule.last_run_at = now
+        # From `now`, not from the missed slot: however many runs were missed, one task catches up.
+        schedule.next_run_at = next_cron_run(schedule.cron, now)
+
+
+SCHEDULER_CLASSES: dict[SchedulerType, type[Scheduler]] = {
+    SchedulerType.BOEFJE: BoefjeScheduler,
+    SchedulerType.NORMALIZER: NormalizerScheduler,
+    SchedulerType.REPORT: ReportScheduler,
+}
+
+
+def build_scheduler(spec: SchedulerSpec, context: SchedulerContext) -> Scheduler:
+    return SCHEDULER_CLASSES[spec.type](spec, context)

@@ -1,0 +1,238 @@
+"""The one place that wires Baton together: which store, which event sources, which runner, which
+elector, which services run beside the API. The command line calls these; nothing else builds
+the runtime.
+
+Heavy imports (FastAPI, uvicorn, the Kubernetes client) happen inside the function that needs them,
+so a stand-alone scheduler process loads only what a scheduler uses.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from baton.core.identity import process_location
+from baton.core.logging import get_logger
+from baton.core.model import SchedulerSpec, SchedulerType
+from baton.core.settings import Settings
+from baton.ingest.catalogue import seed_catalogue
+from baton.ingest.events import CompositeSource, DatabaseInbox, EventSource
+from baton.storage.engine import Store, database_error, migrate_store, open_store, require_current_schema
+
+log = get_logger("baton.runtime")
+
+
+class RunnerKind(enum.StrEnum):
+    thread = "thread"
+    process = "process"
+    kubernetes = "kubernetes"
+
+
+class Service(Protocol):
+    def start_in_background(self) -> None: ...
+
+    def stop(self, timeout: float = 10.0) -> None: ...
+
+
+# -- the store -----------------------------------------------------------------------------------------
+
+
+def prepare_store(settings: Settings) -> Store:
+    """Open the store, apply migrations and seed the plugin catalogue (idempotent)."""
+    store = open_store(settings.database_url)
+    migrate_store(store)
+    try:
+        with store.session() as session:
+            seed_catalogue(session, settings.plugins_file)
+    except OSError as exc:
+        raise database_error(exc, settings.database_url) from exc
+    return store
+
+
+def current_store(settings: Settings) -> Store:
+    """Open the store without migrating; refuse a database whose schema is not current."""
+    store = open_store(settings.database_url)
+    require_current_schema(store)
+    return store
+
+
+# -- schedulers' event sources ------------------------------------------------------------------------
+
+
+def source_factory(settings: Settings) -> Callable[[SchedulerSpec], EventSource | None]:
+    """Where a scheduler's events come from: the HTTP inbox, plus RabbitMQ when it is enabled."""
+
+    def make(spec: SchedulerSpec) -> EventSource | None:
+        if spec.type is SchedulerType.REPORT:
+            return None
+        inbox = DatabaseInbox(spec.id)
+        if not settings.amqp.enabled:
+            return inbox
+        from baton.ingest.rabbitmq import RabbitMQSource, event_queue
+
+        amqp = RabbitMQSource(settings.amqp.url, event_queue(spec.organisation, spec.type), settings.amqp.prefetch)
+        return CompositeSource([inbox, amqp])
+
+    return make
+
+
+def scheduler_context(store: Store, settings: Settings, runner: str) -> Any:
+    from baton.ingest.schedulers import SchedulerContext
+
+    return SchedulerContext(
+        store=store,
+        settings=settings,
+        runner=runner,
+        location=process_location(),
+        source_factory=source_factory(settings),
+    )
+
+
+# -- director mode -------------------------------------------------------------------------------------
+
+
+def build_director(store: Store, settings: Settings, runner_kind: RunnerKind) -> Any:
+    from baton.control.director import Director
+    from baton.control.leadership import default_elector
+    from baton.control.runners import ProcessRunner, ThreadRunner
+
+    if runner_kind is RunnerKind.kubernetes:
+        return build_kubernetes_director(store, settings)
+    if runner_kind is RunnerKind.thread:
+        runner: Any = ThreadRunner(scheduler_context(store, settings, "thread"))
+    else:
+        runner = ProcessRunner(store, settings.database_url)
+    return Director(store, settings, runner, default_elector(store))
+
+
+def build_kubernetes_director(store: Store, settings: Settings) -> Any:
+    """Pods via the official client; leadership via a coordination.k8s.io Lease."""
+    from baton.control.director import Director
+    from baton.control.kubernetes import KubernetesRunner, LeaseElector, load_api_client
+
+    api, namespace = load_api_client(settings)
+    identity = os.environ.get("POD_NAME") or process_location()
+    elector = LeaseElector(api, namespace, settings.k8s.lease_name, identity)
+    return Director(store, settings, KubernetesRunner(api, settings, namespace), elector, holder=identity)
+
+
+def director_services(store: Store, settings: Settings, runner_kind: RunnerKind) -> list[Service]:
+    """The director and, with RabbitMQ enabled, the organisation watcher that feeds it."""
+    services: list[Service] = [build_director(store, settings, runner_kind)]
+    if settings.amqp.enabled:
+        from baton.control.organisations import OrganisationWatcher, organisation_applier
+
+        services.insert(0, OrganisationWatcher(settings.amqp.url, organisation_applier(store, settings)))
+    return services
+
+
+def run_until_signalled(services: Sequence[Service]) -> None:
+    """Start the services, wait for SIGTERM or SIGINT, stop them in reverse order."""
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    for service in services:
+        service.start_in_background()
+    stop.wait()
+    for service in reversed(services):
+        service.stop()
+
+
+def run_director(settings: Settings, runner_kind: RunnerKind) -> None:
+    store = prepare_store(settings)
+    run_until_signalled(director_services(store, settings, runner_kind))
+
+
+# -- the API --------------------------------------------------------------------------------------------
+
+
+def build_app(settings: Settings, store: Store, services: Sequence[Service] = ()) -> Any:
+    from baton.api import create_app
+
+    return create_app(settings, store, services=services)
+
+
+def serve(settings: Settings, with_director: bool) -> None:
+    """The HTTP API (with BATON_WORKERS processes) and, optionally, a thread-runner director.
+
+    With several workers the director runs once, in this supervising process, not in each worker.
+    """
+    import uvicorn
+
+    store = prepare_store(settings)
+    if not settings.auth_required:
+        log.warning(
+            "authentication is OFF: anyone who can reach the API can push and pop",
+            host=settings.host,
+            hint="set BATON_AUTH=on, or listen on a non-loopback address, to require tokens",
+        )
+    services = director_services(store, settings, RunnerKind.thread) if with_director else []
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level.lower(),
+        "log_config": None,  # our handlers (core/logging.py): one format for every line
+        "access_log": False,  # Baton logs one structured line per request itself
+    }
+    if settings.workers == 1:
+        uvicorn.run(build_app(settings, store, services), **options)
+        return
+    for service in services:
+        service.start_in_background()
+    try:
+        # Each worker process builds its own app from the environment (the same settings).
+        os.environ["BATON_DATABASE_URL"] = settings.database_url
+        uvicorn.run("baton.runtime:worker_app", factory=True, workers=settings.workers, **options)
+    finally:
+        for service in reversed(services):
+            service.stop()
+
+
+def worker_app() -> Any:
+    """The app of one API worker process (`BATON_WORKERS` > 1): settings from the environment."""
+    from baton.core.logging import configure_logging
+
+    settings = Settings()
+    configure_logging(settings.log_level, settings.log_json)
+    return build_app(settings, open_store(settings.database_url))
+
+
+# -- stand-alone mode -------------------------------------------------------------------------------------
+
+
+def run_standalone(settings: Settings, spec: SchedulerSpec, runner_name: str, stop_timeout: float) -> None:
+    """Exactly one scheduler in the foreground; SIGTERM/SIGINT stop it, `stop_timeout` bounds that."""
+    from baton.core.errors import ConfigurationError
+    from baton.ingest.schedulers import build_scheduler
+    from baton.storage.tables import Scheduler as SchedulerRow
+
+    store = current_store(settings)
+    with store.session() as session:
+        if session.get(SchedulerRow, spec.id) is None:
+            raise ConfigurationError(
+                f"organisation '{spec.organisation}' not found (no queue '{spec.id}'); create it first "
+                "(POST /organisations or `baton publish organisation-created`)"
+            )
+    scheduler = build_scheduler(spec, scheduler_context(store, settings, runner_name))
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        scheduler.stop()
+        # The deadline: a stop that hangs must not keep the container alive forever.
+        timer = threading.Timer(stop_timeout, lambda: os._exit(1))
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        scheduler.run()
+    finally:
+        store.dispose()

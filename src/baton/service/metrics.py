@@ -1,0 +1,86 @@
+"""Prometheus metrics. Each app gets its own registry so several apps can live in one process.
+
+Counts of queued and in-flight tasks, recoveries and leadership are read from the database at scrape
+time, so every replica reports the same; pops, pushes and latencies are this process's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+
+from baton.core.model import SchedulerSpec, utcnow
+from baton.storage.engine import Store
+from baton.storage.leaders import leaders
+from baton.storage.queues import queue_counts
+from baton.storage.tables import Task
+
+# Dwell time: from push to hand-out. Quiet organisations should stay at the low end even while a
+# noisy one has a backlog (fair pop).
+DWELL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400)
+
+
+class StoreCollector(Collector):
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        depth = GaugeMetricFamily("baton_queue_depth", "Queued tasks per queue.", labels=["queue"])
+        in_flight = GaugeMetricFamily(
+            "baton_in_flight",
+            "Tasks dispatched or running, per organisation and type.",
+            labels=["organisation", "type"],
+        )
+        recovered = CounterMetricFamily(
+            "baton_tasks_recovered", "Times a stuck task was re-queued or failed by recovery (all replicas)."
+        )
+        leader = GaugeMetricFamily("baton_leader", "1 for the process that leads, by role.", labels=["role", "holder"])
+        renewal_age = GaugeMetricFamily(
+            "baton_leader_renewal_age_seconds", "Seconds since the leader last renewed.", labels=["role"]
+        )
+        with self._store.session() as session:
+            for queue_id, (queued, flying) in sorted(queue_counts(session).items()):
+                depth.add_metric([queue_id], queued)
+                try:
+                    spec = SchedulerSpec.parse(queue_id)
+                except ValueError:
+                    continue
+                in_flight.add_metric([spec.organisation, spec.type.value], flying)
+            recovered.add_metric(
+                [], session.scalar(select(func.coalesce(func.sum(Task.attempts), 0)).where(Task.attempts > 0)) or 0
+            )
+            now = utcnow()
+            for row in leaders(session):
+                leader.add_metric([row.role, row.holder], 1)
+                renewal_age.add_metric([row.role], (now - row.renewed_at).total_seconds())
+        yield from (depth, in_flight, recovered, leader, renewal_age)
+
+
+class Metrics:
+    def __init__(self, store: Store) -> None:
+        self.registry = CollectorRegistry()
+        self.pushes = Counter(
+            "baton_pushes",
+            "Tasks pushed, by queue and outcome.",
+            ["queue", "outcome"],
+            registry=self.registry,
+        )
+        self.pops = Counter("baton_pops", "Tasks handed out, by queue.", ["queue"], registry=self.registry)
+        self.pop_latency = Histogram(
+            "baton_pop_latency_seconds",
+            "Time to pop from the database.",
+            registry=self.registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+        )
+        self.dwell = Histogram(
+            "baton_dwell_seconds",
+            "Time from push to hand-out of the tasks this replica popped, per organisation and type.",
+            ["organisation", "type"],
+            registry=self.registry,
+            buckets=DWELL_BUCKETS,
+        )
+        self.registry.register(StoreCollector(store))

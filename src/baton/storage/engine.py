@@ -1,0 +1,167 @@
+"""The database: engine set-up per backend, sessions (one transaction each), migrations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.orm import Session, sessionmaker
+
+from baton.core.diagnosis import reason
+from baton.core.errors import ConfigurationError
+from baton.core.settings import normalise_database_url
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# Arbitrary constant key: serialises `migrate` across replicas starting at once on PostgreSQL.
+MIGRATION_LOCK_KEY = 0x0BA7_0001
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite otherwise defers it).
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # Take the write lock up front: writers queue on busy_timeout instead of failing to upgrade.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def make_engine(url: str) -> Engine:
+    url = normalise_database_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        _configure_sqlite(engine)
+        return engine
+    # No pre-ping: it costs a round trip per request. After a database restart the first statement
+    # on a stale connection fails (503 once) and SQLAlchemy then invalidates the whole pool.
+    return create_engine(url, pool_size=10, max_overflow=20, pool_recycle=1800)
+
+
+class Store:
+    """Owns the engine; every unit of work runs in `with store.session() as s:` (one transaction)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = normalise_database_url(url)
+        self.engine = make_engine(self.url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @property
+    def is_postgresql(self) -> bool:
+        """The one test of which backend we run on; everything dialect-specific asks this."""
+        return self.engine.dialect.name == "postgresql"
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._sessions.begin() as session:
+            yield session
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    # -- migrations -------------------------------------------------------------------------------
+    def _alembic_config(self) -> AlembicConfig:
+        cfg = AlembicConfig()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        return cfg
+
+    def migrate(self) -> None:
+        cfg = self._alembic_config()
+        with self.engine.begin() as conn:
+            if self.is_postgresql:
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    def migrations_current(self) -> bool:
+        head = ScriptDirectory.from_config(self._alembic_config()).get_current_head()
+        with self.engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+        return current == head
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+
+def on_postgresql(session: Session | Connection) -> bool:
+    """Which backend a session or connection talks to (the same test as `Store.is_postgresql`)."""
+    return (
+        session.get_bind().dialect.name == "postgresql"
+        if isinstance(session, Session)
+        else (session.dialect.name == "postgresql")
+    )
+
+
+def insert_for(session: Session | Connection) -> Any:
+    """The dialect's INSERT construct, which knows ON CONFLICT."""
+    return postgresql.insert if on_postgresql(session) else sqlite.insert
+
+
+def describe_database(url: str) -> str:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return "the database"
+    if parsed.get_backend_name() == "sqlite":
+        return f"SQLite at {parsed.database or ':memory:'}"
+    return f"PostgreSQL at {parsed.host or 'localhost'}:{parsed.port or 5432}"
+
+
+def database_error(exc: DBAPIError | OSError, url: str) -> ConfigurationError:
+    """One line: which database could not be used, why, and which setting to check."""
+    target = describe_database(url)
+    verb = "open" if target.startswith("SQLite") else "reach"
+    hint = "check BATON_DATABASE_URL"
+    if target.startswith("SQLite"):
+        hint += " and that its directory exists and is writable"
+    return ConfigurationError(f"cannot {verb} {target} ({reason(exc)}); {hint}")
+
+
+def open_store(url: str) -> Store:
+    """A store whose database answers, or a ConfigurationError saying why not."""
+    try:
+        store = Store(url)
+        store.ping()
+    except (DBAPIError, OSError) as exc:
+        raise database_error(exc, url) from exc
+    return store
+
+
+def migrate_store(store: Store) -> None:
+    try:
+        store.migrate()
+    except (DBAPIError, OSError) as exc:
+        raise database_error(exc, store.url) from exc
+
+
+def require_current_schema(store: Store) -> None:
+    if not store.migrations_current():
+        raise ConfigurationError(
+            f"the database ({describe_database(store.url)}) has no current schema; "
+            "run `baton migrate` first (serve, director and worker do it themselves)"
+        )

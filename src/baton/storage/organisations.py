@@ -1,0 +1,72 @@
+"""Organisations and their queues (one scheduler row per type)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from baton.core.errors import ConflictError, NotFoundError
+from baton.core.model import SchedulerState, SchedulerType, scheduler_id_for, utcnow
+from baton.storage.tables import Organisation, QueueCounter, Scheduler
+
+
+def create_organisation(
+    session: Session, org_id: str, name: str, maxsize: int, weight: int = 1, max_in_flight: int | None = None
+) -> Organisation:
+    """Create an organisation and its three queues."""
+    if session.get(Organisation, org_id) is not None:
+        raise ConflictError(f"organisation '{org_id}' already exists")
+    now = utcnow()
+    org = Organisation(id=org_id, name=name, created_at=now, weight=weight, max_in_flight=max_in_flight)
+    session.add(org)
+    for scheduler_type in SchedulerType:
+        session.add(
+            Scheduler(
+                id=scheduler_id_for(scheduler_type, org_id),
+                organisation=org_id,
+                type=scheduler_type.value,
+                maxsize=maxsize,
+                enabled=True,
+                state=SchedulerState.STOPPED.value,
+                created_at=now,
+            )
+        )
+    try:
+        session.flush()
+    except IntegrityError as exc:  # a concurrent create of the same id won the race
+        raise ConflictError(f"organisation '{org_id}' already exists") from exc
+    return org
+
+
+def list_organisations(session: Session) -> Sequence[Organisation]:
+    return session.scalars(select(Organisation).order_by(Organisation.id)).all()
+
+
+def get_organisation(session: Session, org_id: str) -> Organisation:
+    org = session.get(Organisation, org_id)
+    if org is None:
+        raise NotFoundError(f"organisation '{org_id}' not found")
+    return org
+
+
+def delete_organisation(session: Session, org_id: str) -> None:
+    """Delete an organisation with its queues and tasks (foreign keys cascade), then its counters."""
+    org = get_organisation(session, org_id)
+    session.delete(org)
+    session.flush()
+    queue_ids = [scheduler_id_for(kind, org_id) for kind in SchedulerType]
+    session.execute(delete(QueueCounter).where(QueueCounter.scheduler_id.in_(queue_ids)))
+
+
+def set_fair_share(
+    session: Session, org_id: str, weight: int | None, max_in_flight: int | None, *, cap_given: bool
+) -> Organisation:
+    org = get_organisation(session, org_id)
+    if weight is not None:
+        org.weight = weight
+    if cap_given:
+        org.max_in_flight = max_in_flight
+    return org

@@ -1,0 +1,403 @@
+"""Named statements: every statement a queue runs, built once with SQLAlchemy Core.
+
+`pop`, `push` and `change_status` are the hot path. Each is one statement on PostgreSQL (one round
+trip, safe in autocommit) and a short transaction of a few statements on SQLite, whose writers are
+serialised anyway. They are compiled once per variant and sent by whichever executor runs them
+(`executors.py`: psycopg's async pool for the API on PostgreSQL, a SQLAlchemy connection otherwise,
+or the caller's own session when a scheduler pushes inside its ingest transaction).
+
+Ordering: lower `priority` first. A pop from one queue takes ties oldest first (`seq`). A pop across
+organisations (by type) takes ties by the fair-queuing tag `fair_key` when fairness is on:
+
+    fair_key(new task) = max(queue's last tag, smallest queued tag at this type and priority)
+                         + UNIT / organisation weight
+
+This is start-time fair queuing: a backlogged organisation's tags run far ahead, while a task of a
+quiet organisation starts at the current head and so is served within about one round of the
+organisations that have work. The tag is computed when the task is pushed, so a pop is still one
+index scan (`ix_tasks_fair_pop`), whatever the number of organisations or queued tasks; the queue's
+clock (`queue_counters.last_key`) is kept by the same trigger that counts the queue, in the same
+transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any, Literal
+
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Table,
+    Text,
+    Update,
+    and_,
+    bindparam,
+    cast,
+    exists,
+    false,
+    func,
+    literal,
+    literal_column,
+    select,
+    true,
+    union_all,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from baton.core.lifecycle import may_precede
+from baton.core.model import TaskStatus
+from baton.storage.tables import IS_QUEUED, QUEUED_WITH_HASH, Organisation, QueueCounter, Scheduler, Task
+
+# Statements are Core (table-level), not ORM: results are plain rows, no identity map to keep in step.
+# Bound parameters end in `_`: a parameter named like a column would also be SET by a Core UPDATE.
+TASKS: Table = Task.__table__  # type: ignore[assignment]
+# One unit of virtual time per task for an organisation of weight 1; weight w advances by UNIT / w.
+FAIR_UNIT = 1_000_000
+Dialect = Literal["postgresql", "sqlite"]
+OnDuplicate = Literal["reprioritise", "refuse"]
+
+
+def task_columns(raw_data: bool = False) -> list[Any]:
+    """What every statement returns about a task. `raw_data`: `data` as JSON text, not parsed, for
+    answers that pass it through to the client untouched."""
+    c = TASKS.c
+    data: Any = cast(c.data, Text).label("data") if raw_data else c.data
+    return [
+        c.id,
+        c.scheduler_id,
+        c.schedule_id,
+        c.organisation,
+        c.type,
+        c.priority,
+        c.status,
+        c.hash,
+        data,
+        c.attempts,
+        c.reason,
+        c.created_at,
+        c.modified_at,
+    ]
+
+
+# -- pop ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PopTarget:
+    """One queue (`queue` = its id), or every queue of a type (`type`) in fair or strict order."""
+
+    queue: str | None = None
+    type: str | None = None
+    fair: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.queue is None) == (self.type is None):
+            raise ValueError("a pop targets either one queue or one type")
+
+
+def _capped_queues() -> Select[Any]:
+    """Queues of the type whose organisation has `max_in_flight` tasks out already."""
+    return (
+        select(QueueCounter.scheduler_id)
+        .join(Scheduler, Scheduler.id == QueueCounter.scheduler_id)
+        .join(Organisation, Organisation.id == Scheduler.organisation)
+        .where(Organisation.max_in_flight.is_not(None), Scheduler.type == bindparam("type_"))
+        .group_by(QueueCounter.scheduler_id, Organisation.max_in_flight)
+        .having(func.sum(QueueCounter.in_flight) >= Organisation.max_in_flight)
+    )
+
+
+def pop(
+    target: PopTarget,
+    dialect: Dialect,
+    *,
+    condition: ColumnElement[bool] | None = None,
+    caps: bool = False,
+    raw_data: bool = False,
+) -> Update:
+    """Hand out up to `:limit_` queued tasks (now `dispatched`, `modified_at` = `:now_`).
+
+    Parameters: `:queue_` or `:type_`, `:limit_`, `:now_`. `caps`: skip queues at their organisation's
+    `max_in_flight` (only worth its cost when some organisation has a cap).
+    """
+    candidates = select(Task.seq).where(IS_QUEUED)
+    if target.queue is not None:
+        candidates = candidates.where(Task.scheduler_id == bindparam("queue_")).order_by(Task.priority, Task.seq)
+    else:
+        candidates = candidates.where(Task.type == bindparam("type_"))
+        if caps:
+            candidates = candidates.where(Task.scheduler_id.not_in(_capped_queues()))
+        order = (Task.priority, Task.fair_key, Task.seq) if target.fair else (Task.priority, Task.seq)
+        candidates = candidates.order_by(*order)
+    if condition is not None:
+        candidates = candidates.where(condition)
+    candidates = candidates.limit(bindparam("limit_")).with_for_update(skip_locked=True)
+    if dialect == "postgresql":
+        # A materialised CTE runs the locking SELECT exactly once; as an `IN (subquery)` the planner
+        # may re-run it per outer row and dispatch more than `limit` tasks (a test caught that).
+        claimed = candidates.cte("claimed").prefix_with("MATERIALIZED")
+        chosen = and_(Task.seq.in_(select(claimed.c.seq)), IS_QUEUED)
+    else:
+        # Writers are serialised here, so the sub-select's rows are still queued. No second status
+        # test: with it, SQLite scans every queued row by status instead of looking up the rowids.
+        chosen = Task.seq.in_(candidates.scalar_subquery())
+    return (
+        update(TASKS)
+        .where(chosen)
+        .values(status=TaskStatus.DISPATCHED.value, modified_at=bindparam("now_"))
+        .returning(*task_columns(raw_data), TASKS.c.seq, TASKS.c.fair_key)
+    )
+
+
+@cache
+def pop_sql(dialect: Dialect = "postgresql", by_type: bool = False, fair: bool = True) -> str:
+    """The pop statement as the database receives it: for the README, the benchmarks and a snapshot
+    test, so nobody keeps a hand copy."""
+    target = PopTarget(type="boefje", fair=fair) if by_type else PopTarget(queue="boefje-acme")
+    return compiled_sql(pop(target, dialect), dialect)
+
+
+# -- push --------------------------------------------------------------------------------------------
+
+
+def _queue_row() -> Select[Any]:
+    counters = (
+        select(
+            func.coalesce(func.sum(QueueCounter.queued), 0).label("queued"),
+            func.coalesce(func.max(QueueCounter.last_key), 0).label("last_key"),
+        )
+        .where(QueueCounter.scheduler_id == bindparam("queue_"))
+        .subquery("counts")
+    )
+    return (
+        select(
+            Scheduler.id,
+            Scheduler.organisation,
+            Scheduler.type,
+            Scheduler.maxsize,
+            Scheduler.enabled,
+            Organisation.weight,
+            counters.c.queued,
+            counters.c.last_key,
+        )
+        .join(Organisation, Organisation.id == Scheduler.organisation)
+        .join(counters, true())
+        .where(Scheduler.id == bindparam("queue_"))
+    )
+
+
+def _head_tag(task_type: Any) -> Any:
+    """The smallest queued fair tag at this type and priority: the fair queue's virtual time."""
+    return (
+        select(func.min(Task.fair_key))
+        .where(IS_QUEUED, Task.type == task_type, Task.priority == bindparam("priority_"))
+        .scalar_subquery()
+    )
+
+
+def _new_tag(queue: Any, greatest: Any) -> Any:
+    """max(queue clock, head of the fair queue) + one step of this organisation's weight."""
+    # `op("/")`: integer division on both backends (SQLAlchemy's `/` would cast to NUMERIC).
+    step = literal_column(str(FAIR_UNIT)).op("/")(queue.c.weight)
+    return greatest(queue.c.last_key, func.coalesce(_head_tag(queue.c.type), 0)) + step
+
+
+def _insert_values(queue: Any, tag: Any) -> Select[Any]:
+    return select(
+        bindparam("id_", type_=Task.id.type),
+        queue.c.id,
+        bindparam("schedule_id_", type_=Task.schedule_id.type),
+        queue.c.organisation,
+        queue.c.type,
+        bindparam("priority_", type_=Task.priority.type),
+        literal(TaskStatus.QUEUED.value),
+        bindparam("hash_", type_=Task.hash.type),
+        bindparam("data_", type_=Task.data.type),
+        tag,
+        literal(0),
+        bindparam("now_", type_=Task.created_at.type),
+        bindparam("now_", type_=Task.modified_at.type),
+    )
+
+
+INSERTED_COLUMNS = [
+    Task.id,
+    Task.scheduler_id,
+    Task.schedule_id,
+    Task.organisation,
+    Task.type,
+    Task.priority,
+    Task.status,
+    Task.hash,
+    Task.data,
+    Task.fair_key,
+    Task.attempts,
+    Task.created_at,
+    Task.modified_at,
+]
+
+
+def push_postgresql(on_duplicate: OnDuplicate = "reprioritise", raw_data: bool = False) -> Select[Any]:
+    """Push as one PostgreSQL statement: dedup, maxsize, fair tag and insert in one round trip.
+
+    Parameters: `:queue_`, `:id_`, `:schedule_id_`, `:priority_`, `:hash_`, `:data_`, `:now_`. The answer is
+    one row (none: unknown queue) with the queue's `enabled`, `maxsize` and `queued`, and the task
+    with `outcome` 'created' or 'updated' (a queued twin with this hash got the new priority) or
+    'duplicate' (`refuse`: the twin is left alone), or no task (disabled or full).
+    """
+    queue = _queue_row().cte("queue")
+    open_queue = select(queue.c.id).where(queue.c.enabled).exists()
+    twin_match = and_(
+        Task.scheduler_id == bindparam("queue_"),
+        Task.hash == bindparam("hash_"),
+        IS_QUEUED,
+        open_queue,
+    )
+    if on_duplicate == "reprioritise":
+        twin = (
+            update(TASKS)
+            .where(twin_match)
+            .values(priority=bindparam("priority_"), modified_at=bindparam("now_", type_=Task.modified_at.type))
+            .returning(*task_columns(raw_data), literal("updated").label("outcome"))
+            .cte("twin")
+        )
+    else:
+        twin = select(*task_columns(raw_data), literal("duplicate").label("outcome")).where(twin_match).cte("twin")
+    tag = _new_tag(queue, func.greatest)
+    room = (queue.c.maxsize == 0) | (queue.c.queued < queue.c.maxsize)
+    values = _insert_values(queue, tag).where(queue.c.enabled, room, ~select(twin.c.id).exists())
+    insert = postgresql.insert(TASKS).from_select([column.key for column in INSERTED_COLUMNS], values)
+    if on_duplicate == "reprioritise":
+        insert = insert.on_conflict_do_update(
+            index_elements=[Task.scheduler_id, Task.hash],
+            index_where=literal_column(QUEUED_WITH_HASH),
+            set_={"priority": insert.excluded.priority, "modified_at": insert.excluded.modified_at},
+        )
+    else:
+        insert = insert.on_conflict_do_nothing(
+            index_elements=[Task.scheduler_id, Task.hash], index_where=literal_column(QUEUED_WITH_HASH)
+        )
+    created: Any = literal_column("CASE WHEN xmax = 0 THEN 'created' ELSE 'updated' END").label("outcome")
+    inserted = insert.returning(*task_columns(raw_data), created).cte("inserted")
+    task = union_all(select(twin), select(inserted)).subquery("task")
+    return select(queue.c.enabled, queue.c.maxsize, queue.c.queued, task).select_from(queue.outerjoin(task, true()))
+
+
+def queue_for_push() -> Select[Any]:
+    """SQLite, step 1: the queue's settings and counts (also says whether it exists)."""
+    return _queue_row()
+
+
+def reprioritise_twin(raw_data: bool = False) -> Update:
+    """SQLite, step 2: a queued task with this hash gets the new priority (no twin is created)."""
+    return (
+        update(TASKS)
+        .where(Task.scheduler_id == bindparam("queue_"), Task.hash == bindparam("hash_"), IS_QUEUED)
+        .values(priority=bindparam("priority_"), modified_at=bindparam("now_", type_=Task.modified_at.type))
+        .returning(*task_columns(raw_data))
+    )
+
+
+def queued_twin(raw_data: bool = False) -> Select[Any]:
+    return select(*task_columns(raw_data)).where(
+        Task.scheduler_id == bindparam("queue_"), Task.hash == bindparam("hash_"), IS_QUEUED
+    )
+
+
+def insert_task(raw_data: bool = False) -> Any:
+    """SQLite, step 3: the new task, its fair tag computed in the same statement."""
+    queue = _queue_row().subquery("queue")
+    tag = _new_tag(queue, func.max)  # SQLite's two-argument max() is greatest()
+    values = _insert_values(queue, tag)
+    return (
+        sqlite.insert(TASKS)
+        .from_select([column.key for column in INSERTED_COLUMNS], values)
+        .returning(*task_columns(raw_data))
+    )
+
+
+# -- status changes ------------------------------------------------------------------------------------
+
+
+def change_status(requested: TaskStatus, raw_data: bool = False) -> Update:
+    """Move one task (`:id_`) to `requested` if its current status allows it; no row: it does not
+    (or the task does not exist; `task_status` tells which)."""
+    # Literals, not parameters: the statement is compiled once per requested status.
+    allowed: list[Any] = [literal_column(f"'{status.value}'") for status in sorted(may_precede(requested))]
+    condition = Task.status.in_(allowed) if allowed else false()
+    return (
+        update(TASKS)
+        .where(Task.id == bindparam("id_"), condition)
+        .values(status=requested.value, modified_at=bindparam("now_", type_=Task.modified_at.type))
+        .returning(*task_columns(raw_data))
+    )
+
+
+def task_status() -> Select[Any]:
+    return select(Task.status).where(Task.id == bindparam("id_"))
+
+
+# -- recovery ----------------------------------------------------------------------------------------
+
+
+def stuck_tasks(older_than: datetime, limit: int) -> Select[Any]:
+    """Dispatched or running tasks untouched since `older_than`, claimed with SKIP LOCKED so two
+    recoverers never take the same one."""
+    return (
+        select(Task)
+        .where(
+            Task.status.in_([TaskStatus.DISPATCHED.value, TaskStatus.RUNNING.value]),
+            Task.modified_at < older_than,
+        )
+        .order_by(Task.modified_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+def twin_is_queued(scheduler_id: str, task_hash: str) -> Select[Any]:
+    return select(exists().where(Task.scheduler_id == scheduler_id, Task.hash == task_hash, IS_QUEUED))
+
+
+# -- counts ------------------------------------------------------------------------------------------
+
+
+def queue_counts(scheduler_id: str | None = None) -> Select[Any]:
+    """Queued and in-flight tasks per queue, from the trigger-kept counters: no scan of `tasks`."""
+    columns: list[Any] = [
+        QueueCounter.scheduler_id,
+        func.sum(QueueCounter.queued).label("queued"),
+        func.sum(QueueCounter.in_flight).label("in_flight"),
+    ]
+    query = select(*columns).group_by(QueueCounter.scheduler_id)
+    if scheduler_id is not None:
+        query = query.where(QueueCounter.scheduler_id == scheduler_id)
+    return query
+
+
+def queue_exists() -> Select[Any]:
+    return select(Scheduler.id).where(Scheduler.id == bindparam("queue_"))
+
+
+def any_caps() -> Select[Any]:
+    return select(exists().where(Organisation.max_in_flight.is_not(None)))
+
+
+# -- compiling -------------------------------------------------------------------------------------------
+
+
+def dialect_of(name: str) -> Any:
+    if name == "postgresql":
+        from sqlalchemy.dialects.postgresql import psycopg
+
+        return psycopg.dialect()  # type: ignore[no-untyped-call]
+    return sqlite.dialect()
+
+
+def compiled_sql(statement: Any, dialect: Dialect) -> str:
+    """The statement's SQL text for a dialect, bound parameters left as placeholders."""
+    return str(statement.compile(dialect=dialect_of(dialect)))

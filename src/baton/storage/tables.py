@@ -1,0 +1,287 @@
+"""SQLAlchemy tables: the whole persistent state of Baton lives here.
+
+The partial-index predicates are defined once (QUEUED, QUEUED_WITH_HASH) and used both by the index
+definitions and, as `IS_QUEUED`, by the statements in statements.py, so that a query's condition
+always matches the index it needs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    Uuid,
+    literal_column,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from baton.core.model import SchedulerState, TaskStatus, utcnow
+
+# Written as literals, not bound parameters: only then can SQLite (and a PostgreSQL generic plan)
+# prove a query's condition implies the partial index's and use the index.
+QUEUED = "status = 'queued'"
+QUEUED_WITH_HASH = "status = 'queued' AND hash IS NOT NULL"
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC timestamps on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+JSONData = JSON().with_variant(JSONB(), "postgresql")
+SeqInteger = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Organisation(Base):
+    __tablename__ = "organisations"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Fair pop across organisations: the share of pops (relative) and a cap on tasks in flight
+    # per queue of this organisation (None: no cap).
+    weight: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))
+    max_in_flight: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class Scheduler(Base):
+    """One row per (organisation, type): it is both the queue and the scheduler's live state."""
+
+    __tablename__ = "schedulers"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    organisation: Mapped[str] = mapped_column(ForeignKey("organisations.id", ondelete="CASCADE"), index=True)
+    type: Mapped[str] = mapped_column(String(16))
+    maxsize: Mapped[int] = mapped_column(Integer)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    runner: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    state: Mapped[str] = mapped_column(String(16), default=SchedulerState.STOPPED.value)
+    location: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Task(Base):
+    __tablename__ = "tasks"
+
+    # `seq` orders ties FIFO even when two tasks share a timestamp; `id` is the public identity.
+    seq: Mapped[int] = mapped_column(SeqInteger, primary_key=True, autoincrement=True)
+    id: Mapped[uuid.UUID] = mapped_column(Uuid(), unique=True, default=uuid.uuid4)
+    scheduler_id: Mapped[str] = mapped_column(ForeignKey("schedulers.id", ondelete="CASCADE"))
+    schedule_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    organisation: Mapped[str] = mapped_column(String(64))
+    type: Mapped[str] = mapped_column(String(16))
+    priority: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default=TaskStatus.QUEUED.value)
+    hash: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSONData)
+    # Start-time fair queuing tag, set at push (see statements.py): among equal priorities, a pop
+    # across organisations takes the smallest, so each backlogged organisation gets its share.
+    fair_key: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    modified_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    __table_args__ = (
+        # Pop reads the head of one queue: a partial index over queued tasks only keeps it O(log n).
+        Index(
+            "ix_tasks_pop",
+            "scheduler_id",
+            "priority",
+            "seq",
+            postgresql_where=text(QUEUED),
+            sqlite_where=text(QUEUED),
+        ),
+        # Cross-organisation pop by type in strict priority order (BATON_FAIRNESS=false).
+        Index(
+            "ix_tasks_type_pop",
+            "type",
+            "priority",
+            "seq",
+            postgresql_where=text(QUEUED),
+            sqlite_where=text(QUEUED),
+        ),
+        # Cross-organisation pop by type, fair: priority, then the fair-queuing tag.
+        Index(
+            "ix_tasks_fair_pop",
+            "type",
+            "priority",
+            "fair_key",
+            "seq",
+            postgresql_where=text(QUEUED),
+            sqlite_where=text(QUEUED),
+        ),
+        # Dedup is enforced by the database, not by a read-then-write race.
+        Index(
+            "uq_tasks_queued_hash",
+            "scheduler_id",
+            "hash",
+            unique=True,
+            postgresql_where=text(QUEUED_WITH_HASH),
+            sqlite_where=text(QUEUED_WITH_HASH),
+        ),
+        Index("ix_tasks_scheduler_status", "scheduler_id", "status", "seq"),
+        Index("ix_tasks_scheduler_hash", "scheduler_id", "hash"),
+        Index("ix_tasks_status_modified", "status", "modified_at"),
+        Index(
+            "ix_tasks_recovered",
+            "attempts",
+            postgresql_where=text("attempts > 0"),
+            sqlite_where=text("attempts > 0"),
+        ),
+    )
+
+
+IS_QUEUED = Task.status == literal_column("'queued'")
+
+
+class QueueCounter(Base):
+    """Queued and in-flight counts per queue, kept by triggers on `tasks` in the writing transaction.
+
+    PostgreSQL spreads each queue over a few shards (by backend) so concurrent pops and pushes of
+    one queue do not queue up on one row; a queue's count is the sum of its shards. `last_key` is the
+    queue's fair-queuing clock: the largest tag its pushes handed out.
+    """
+
+    __tablename__ = "queue_counters"
+
+    scheduler_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    shard: Mapped[int] = mapped_column(Integer, primary_key=True)
+    queued: Mapped[int] = mapped_column(BigInteger, default=0)
+    in_flight: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_key: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Plugin(Base):
+    """Catalogue entry: a boefje consumes object types, a normalizer consumes mime types."""
+
+    __tablename__ = "plugins"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    type: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(256))
+    consumes: Mapped[list[str]] = mapped_column(JSON)
+    scan_level: Mapped[int] = mapped_column(Integer, default=0)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    # What OpenKAT's runners need to run a boefje: its version and container image.
+    version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    oci_image: Mapped[str | None] = mapped_column(String(512), nullable=True)
+
+
+class PluginSetting(Base):
+    """Per-organisation override of a plugin's `enabled` flag."""
+
+    __tablename__ = "plugin_settings"
+
+    organisation: Mapped[str] = mapped_column(ForeignKey("organisations.id", ondelete="CASCADE"), primary_key=True)
+    plugin_id: Mapped[str] = mapped_column(ForeignKey("plugins.id", ondelete="CASCADE"), primary_key=True)
+    enabled: Mapped[bool] = mapped_column(Boolean)
+
+
+class Event(Base):
+    """Inbox of events for a scheduler; consumed in the same transaction that creates its tasks."""
+
+    __tablename__ = "events"
+
+    seq: Mapped[int] = mapped_column(SeqInteger, primary_key=True, autoincrement=True)
+    scheduler_id: Mapped[str] = mapped_column(ForeignKey("schedulers.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # Set when the event was rejected as malformed or unprocessable: the row is its dead letter.
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    __table_args__ = (
+        Index(
+            "ix_events_pending",
+            "scheduler_id",
+            "seq",
+            postgresql_where=text("consumed_at IS NULL"),
+            sqlite_where=text("consumed_at IS NULL"),
+        ),
+    )
+
+
+class BoefjeRun(Base):
+    """When a (boefje, object) pair was last queued in an organisation: the grace period's memory."""
+
+    __tablename__ = "boefje_runs"
+
+    organisation: Mapped[str] = mapped_column(ForeignKey("organisations.id", ondelete="CASCADE"), primary_key=True)
+    boefje_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    object_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    queued_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class ReportSchedule(Base):
+    __tablename__ = "report_schedules"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid(), primary_key=True, default=uuid.uuid4)
+    organisation: Mapped[str] = mapped_column(ForeignKey("organisations.id", ondelete="CASCADE"), index=True)
+    cron: Mapped[str] = mapped_column(String(128))
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    next_run_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ApiToken(Base):
+    """A bearer token: only its SHA-256 is stored; the token itself is shown once, at creation."""
+
+    __tablename__ = "api_tokens"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class LeaderRecord(Base):
+    """Who leads, written by the leader every round: for /metrics and failover measurements.
+
+    The election itself is the advisory lock (or Lease); this row only reports it.
+    """
+
+    __tablename__ = "leaders"
+
+    role: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(256))
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    renewed_at: Mapped[datetime] = mapped_column(UTCDateTime())

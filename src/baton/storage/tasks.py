@@ -1,0 +1,63 @@
+"""Reading tasks (one, or a page of them) and recovering the ones whose runner went silent."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import ColumnElement, func, select
+from sqlalchemy.orm import Session
+
+from baton.core.errors import NotFoundError
+from baton.core.model import TaskStatus, utcnow
+from baton.storage import statements
+from baton.storage.tables import Task
+
+
+def get_task(session: Session, task_id: uuid.UUID) -> Task:
+    task = session.scalars(select(Task).where(Task.id == task_id)).one_or_none()
+    if task is None:
+        raise NotFoundError(f"task '{task_id}' not found")
+    return task
+
+
+def list_tasks(
+    session: Session,
+    *,
+    conditions: Sequence[ColumnElement[bool]] = (),
+    limit: int = 100,
+    offset: int = 0,
+    newest_first: bool = True,
+) -> tuple[int, Sequence[Task]]:
+    """A page of tasks matching every condition, and how many match in all."""
+    count = session.scalar(select(func.count()).select_from(Task).where(*conditions)) or 0
+    order = Task.seq.desc() if newest_first else Task.seq
+    rows = session.scalars(select(Task).where(*conditions).order_by(order).limit(limit).offset(offset)).all()
+    return count, rows
+
+
+def requeue_stuck(session: Session, *, older_than: datetime, max_attempts: int, limit: int = 500) -> tuple[int, int]:
+    """Put dispatched/running tasks untouched since `older_than` back in their queue.
+
+    A task that has used up `max_attempts` is marked failed instead; one whose twin (same hash) is
+    queued again is cancelled rather than duplicated. Returns (requeued, failed).
+    """
+    requeued = failed = 0
+    now = utcnow()
+    for task in session.scalars(statements.stuck_tasks(older_than, limit)).all():
+        task.attempts += 1
+        task.modified_at = now
+        if task.attempts >= max_attempts:
+            task.status = TaskStatus.FAILED.value
+            task.reason = f"no progress reported after {task.attempts} attempts (status timeout)"
+            failed += 1
+            continue
+        if task.hash is not None and session.scalar(statements.twin_is_queued(task.scheduler_id, task.hash)):
+            task.status = TaskStatus.CANCELLED.value
+            task.reason = "stuck; superseded by an identical queued task"
+            continue
+        task.status = TaskStatus.QUEUED.value
+        task.reason = f"re-queued after status timeout (attempt {task.attempts})"
+        requeued += 1
+    return requeued, failed

@@ -1,0 +1,62 @@
+"""Factories: organisations, tasks pushed and popped in one call, on any store."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from baton.core.model import TaskStatus, utcnow
+from baton.core.settings import Settings, TimingSettings
+from baton.storage import queues
+from baton.storage.engine import Store
+from baton.storage.organisations import create_organisation
+from baton.storage.queues import PushRequest, PushResult
+from baton.storage.statements import PopTarget
+
+
+def fast_settings(database_url: str, **overrides: Any) -> Settings:
+    """Settings with timings short enough for tests (poll 50 ms, heartbeat 200 ms, reconcile 100 ms)."""
+    timing = TimingSettings(
+        poll_interval_seconds=overrides.pop("poll_interval_seconds", 0.05),
+        heartbeat_interval_seconds=overrides.pop("heartbeat_interval_seconds", 0.2),
+        heartbeat_timeout_seconds=overrides.pop("heartbeat_timeout_seconds", 30.0),
+        reconcile_interval_seconds=overrides.pop("reconcile_interval_seconds", 0.1),
+    )
+    return Settings(database_url=database_url, timing=timing, **overrides)
+
+
+def add_organisation(store: Store, org_id: str, maxsize: int = 100, **fair: Any) -> None:
+    with store.session() as session:
+        create_organisation(session, org_id, org_id.title(), maxsize=maxsize, **fair)
+
+
+def push(
+    store: Store,
+    queue: str,
+    priority: int = 1,
+    data: dict[str, Any] | None = None,
+    task_hash: str | None = None,
+    **request: Any,
+) -> PushResult:
+    with store.session() as session:
+        return queues.push(
+            session, PushRequest(queue=queue, priority=priority, data=data or {}, hash=task_hash, **request), utcnow()
+        )
+
+
+def pop(
+    store: Store,
+    queue: str | None = None,
+    task_type: str | None = None,
+    limit: int = 1,
+    fair: bool = True,
+    **options: Any,
+) -> list[dict[str, Any]]:
+    target = PopTarget(queue=queue) if queue is not None else PopTarget(type=task_type, fair=fair)
+    with store.session() as session:
+        return queues.pop(session, target, limit=limit, now=utcnow(), **options)
+
+
+def finish(store: Store, task_id: uuid.UUID | str, status: TaskStatus = TaskStatus.COMPLETED) -> dict[str, Any]:
+    with store.session() as session:
+        return queues.change_status(session, uuid.UUID(str(task_id)), status, utcnow())

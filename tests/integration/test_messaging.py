@@ -1,0 +1,352 @@
+"""RabbitMQ against the real broker: ack after commit, restarts, dead letters, competing consumers."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import pika
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from baton.control.organisations import OrganisationWatcher, organisation_applier
+from baton.core.model import SchedulerSpec, SchedulerType
+from baton.core.settings import Settings
+from baton.ingest.catalogue import PluginSpec
+from baton.ingest.events import (
+    OrganisationCreated,
+    OrganisationDeleted,
+    OrganisationRef,
+    RawFileReceived,
+    ScanProfileMutation,
+)
+from baton.ingest.rabbitmq import DEAD_LETTER_QUEUE, ORGANISATIONS_QUEUE, Publisher, RabbitMQSource, event_queue
+from baton.ingest.schedulers import NormalizerScheduler, SchedulerContext
+from baton.storage.engine import Store
+from baton.storage.organisations import create_organisation
+from baton.storage.plugins import seed_plugins
+from baton.storage.tables import Organisation, Plugin, Task
+from baton.testing.servers import rabbitmqctl
+from baton.testing.waiting import wait_until
+
+NORMALIZERS = [PluginSpec(id="norm-a", type="normalizer", name="A", consumes=["text/a"])]
+
+
+def new_org(store: Store) -> str:
+    org = f"org{uuid.uuid4().hex[:10]}"
+    with store.session() as session:
+        create_organisation(session, org, org, maxsize=0)
+        if not session.get(Plugin, "norm-a"):
+            seed_plugins(session, [spec.model_dump() for spec in NORMALIZERS])
+    return org
+
+
+def normalizer(store: Store, amqp_url: str, org: str, **settings: Any) -> NormalizerScheduler:
+    config = Settings(database_url=store.url, poll_interval_seconds=0.02, heartbeat_interval_seconds=0.5, **settings)
+    context = SchedulerContext(
+        store=store,
+        settings=config,
+        runner="test",
+        location="here",
+        source_factory=lambda spec: RabbitMQSource(amqp_url, event_queue(org, SchedulerType.NORMALIZER), prefetch=50),
+    )
+    return NormalizerScheduler(SchedulerSpec(org, SchedulerType.NORMALIZER), context)
+
+
+def raw_event(raw_id: str) -> RawFileReceived:
+    return RawFileReceived.model_validate(
+        {"type": "raw_file_received", "raw_file": {"id": raw_id, "mime_types": ["text/a"]}}
+    )
+
+
+def task_count(store: Store, org: str) -> int:
+    with store.session() as session:
+        return session.scalar(select(func.count()).select_from(Task).where(Task.organisation == org)) or 0
+
+
+def distinct_raw_ids(store: Store, org: str) -> set[str]:
+    with store.session() as session:
+        tasks = session.scalars(select(Task).where(Task.organisation == org)).all()
+        ids = [task.data["raw_data"]["id"] for task in tasks]
+    assert len(ids) == len(set(ids)), "a raw file got two normalizer tasks"
+    return set(ids)
+
+
+def dead_letters(amqp_url: str, source_queue: str) -> list[tuple[bytes, str]]:
+    """Drain the dead-letter queue; return (body, reason) of the messages that came from `source_queue`."""
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    channel = connection.channel()
+    channel.queue_declare(DEAD_LETTER_QUEUE, durable=True)
+    found = []
+    while True:
+        method, properties, body = channel.basic_get(DEAD_LETTER_QUEUE, auto_ack=True)
+        if method is None:
+            break
+        headers = properties.headers or {}
+        if headers.get("x-baton-queue") == source_queue:
+            found.append((body, str(headers.get("x-baton-error"))))
+    connection.close()
+    return found
+
+
+def run_in_thread(scheduler: NormalizerScheduler) -> threading.Thread:
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_events_flow_from_rabbitmq_into_tasks(store: Store, amqp_url: str) -> None:
+    org = new_org(store)
+    publisher = Publisher(amqp_url)
+    for n in range(20):
+        publisher.publish_event(org, raw_event(f"raw{n}"))
+    publisher.publish_event(org, raw_event("raw3"))  # a duplicate event
+    scheduler = normalizer(store, amqp_url, org)
+    thread = run_in_thread(scheduler)
+    try:
+        assert wait_until(lambda: scheduler.events_handled == 21, 30)
+        assert distinct_raw_ids(store, org) == {f"raw{n}" for n in range(20)}
+    finally:
+        scheduler.stop()
+        thread.join(10)
+        publisher.close()
+
+
+def test_malformed_messages_go_to_the_dead_letter_queue_and_consuming_continues(store: Store, amqp_url: str) -> None:
+    org = new_org(store)
+    queue_name = event_queue(org, SchedulerType.NORMALIZER)
+    publisher = Publisher(amqp_url)
+    publisher.publish(queue_name, {"type": "raw_file_received", "raw_file": {"id": "x"}})  # no mime types
+    publisher.publish(queue_name, {"something": "else"})
+    channel = pika.BlockingConnection(pika.URLParameters(amqp_url)).channel()
+    channel.basic_publish("", queue_name, b"\xff not json")
+    publisher.publish_event(org, raw_event("good"))
+    scheduler = normalizer(store, amqp_url, org)
+    thread = run_in_thread(scheduler)
+    try:
+        assert wait_until(lambda: scheduler.events_handled == 4, 30)
+        assert distinct_raw_ids(store, org) == {"good"}
+        letters = dead_letters(amqp_url, queue_name)
+        assert len(letters) == 3
+        assert any("mime_types" in reason for _, reason in letters)
+        assert any(body == b"\xff not json" for body, _ in letters)
+    finally:
+        scheduler.stop()
+        thread.join(10)
+        publisher.close()
+
+
+class CrashBeforeCommit(NormalizerScheduler):
+    """Dies like a SIGKILL after handling an event but before the transaction commits."""
+
+    def handle(self, session: Session, event: ScanProfileMutation | RawFileReceived) -> list[Task]:
+        super().handle(session, event)
+        session.flush()
+        os._exit(9)
+
+
+def crash_child(url: str, amqp_url: str, org: str) -> None:
+    store = Store(url)
+    scheduler = normalizer(store, amqp_url, org)
+    crashing = CrashBeforeCommit(scheduler.spec, scheduler.context)
+    crashing.setup()
+    crashing.tick()
+
+
+def test_a_consumer_killed_between_receive_and_commit_gets_its_message_redelivered(store: Store, amqp_url: str) -> None:
+    org = new_org(store)
+    publisher = Publisher(amqp_url)
+    publisher.publish_event(org, raw_event("only"))
+    child = multiprocessing.get_context("spawn").Process(target=crash_child, args=(store.url, amqp_url, org))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 9, "the child did not die where intended"
+    assert task_count(store, org) == 0  # nothing was committed
+    scheduler = normalizer(store, amqp_url, org)
+    thread = run_in_thread(scheduler)
+    try:
+        assert wait_until(lambda: task_count(store, org) == 1, 30), "the message was lost"
+        time.sleep(0.5)
+        assert distinct_raw_ids(store, org) == {"only"}
+    finally:
+        scheduler.stop()
+        thread.join(10)
+        publisher.close()
+
+
+def test_broker_restart_mid_stream_loses_and_duplicates_nothing(store: Store, amqp_url: str) -> None:
+    org = new_org(store)
+    total = 1000
+    scheduler = normalizer(store, amqp_url, org)
+    thread = run_in_thread(scheduler)
+    published = threading.Event()
+
+    def publish_all() -> None:
+        publisher = Publisher(amqp_url, attempts=60)
+        for n in range(total):
+            publisher.publish_event(org, raw_event(f"raw{n}"))
+        publisher.close()
+        published.set()
+
+    producer = threading.Thread(target=publish_all, daemon=True)
+    producer.start()
+    try:
+        assert wait_until(lambda: task_count(store, org) >= 200, 60)
+        rabbitmqctl("stop_app")
+        time.sleep(1.0)
+        rabbitmqctl("start_app")
+        assert published.wait(180), "the publisher did not finish"
+        assert wait_until(lambda: task_count(store, org) >= total, 180), task_count(store, org)
+        time.sleep(1.0)  # any duplicate would arrive now
+        assert distinct_raw_ids(store, org) == {f"raw{n}" for n in range(total)}
+        assert task_count(store, org) == total
+    finally:
+        scheduler.stop()
+        thread.join(10)
+
+
+def test_two_competing_consumers_share_the_work_without_duplicates(store: Store, amqp_url: str) -> None:
+    org = new_org(store)
+    first, second = normalizer(store, amqp_url, org), normalizer(store, amqp_url, org)
+    for scheduler in (first, second):
+        scheduler.batch_size = 10  # type: ignore[misc]
+    threads = [run_in_thread(first), run_in_thread(second)]
+    publisher = Publisher(amqp_url)
+    try:
+        for n in range(400):
+            publisher.publish_event(org, raw_event(f"raw{n % 300}"))  # 100 events arrive twice
+        assert wait_until(lambda: first.events_handled + second.events_handled == 400, 60)
+        assert first.events_handled > 0 and second.events_handled > 0, "one consumer did all the work"
+        assert distinct_raw_ids(store, org) == {f"raw{n}" for n in range(300)}
+    finally:
+        for scheduler in (first, second):
+            scheduler.stop()
+        for thread in threads:
+            thread.join(10)
+        publisher.close()
+
+
+def organisation_exists(store: Store, org: str) -> bool:
+    with store.session() as session:
+        return session.get(Organisation, org) is not None
+
+
+def test_director_watcher_applies_organisation_events_and_dead_letters_garbage(store: Store, amqp_url: str) -> None:
+    org = f"org{uuid.uuid4().hex[:10]}"
+    settings = Settings(database_url=store.url)
+    watcher = OrganisationWatcher(amqp_url, organisation_applier(store, settings))
+    publisher = Publisher(amqp_url)
+    watcher.start_in_background()
+    try:
+        publisher.publish_organisation(OrganisationCreated(organisation=OrganisationRef(id=org, name="Org")))
+        publisher.publish_organisation(OrganisationCreated(organisation=OrganisationRef(id=org, name="Org")))
+        assert wait_until(lambda: organisation_exists(store, org), 30)
+        publisher.publish(ORGANISATIONS_QUEUE, {"type": "organisation.renamed", "organisation": {"id": org}})
+        publisher.publish_organisation(OrganisationDeleted(organisation=OrganisationRef(id=org)))
+        assert wait_until(lambda: not organisation_exists(store, org), 30)
+        letters = [reason for body, reason in dead_letters(amqp_url, ORGANISATIONS_QUEUE) if org.encode() in body]
+        assert len(letters) == 1 and "renamed" in letters[0]
+    finally:
+        watcher.stop()
+        publisher.close()
+
+
+def test_baton_publish_cli(amqp_url: str) -> None:
+    org = f"org{uuid.uuid4().hex[:10]}"
+    env = {**os.environ, "BATON_AMQP_URL": amqp_url}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "baton",
+            "publish",
+            "raw-file-received",
+            org,
+            "--raw-id",
+            "r1",
+            "--mime-type",
+            "text/a",
+            "--mime-type",
+            "text/b",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    method, _, body = connection.channel().basic_get(event_queue(org, SchedulerType.NORMALIZER), auto_ack=True)
+    connection.close()
+    assert method is not None
+    assert json.loads(body) == {
+        "type": "raw_file_received",
+        "raw_file": {"id": "r1", "mime_types": ["text/a", "text/b"], "boefje_id": None, "input_ooi": None},
+    }
+
+
+@pytest.mark.parametrize("kind", ["scan-profile-mutation"])
+def test_baton_publish_rejects_bad_arguments(amqp_url: str, kind: str) -> None:
+    env = {**os.environ, "BATON_AMQP_URL": amqp_url}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "baton",
+            "publish",
+            kind,
+            "acme",
+            "--object",
+            "k",
+            "--object-type",
+            "Hostname",
+            "--scan-level",
+            "7",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0 and "scan_level" in result.stdout + result.stderr
+
+
+def test_director_driven_entirely_through_rabbitmq(store: Store, amqp_url: str) -> None:
+    from baton.runtime import RunnerKind, director_services
+
+    org = f"org{uuid.uuid4().hex[:10]}"
+    with store.session() as session:
+        if not session.get(Plugin, "norm-a"):
+            seed_plugins(session, [spec.model_dump() for spec in NORMALIZERS])
+    settings = Settings(
+        database_url=store.url,
+        amqp_url=amqp_url,
+        amqp_enabled=True,
+        poll_interval_seconds=0.05,
+        heartbeat_interval_seconds=0.2,
+        reconcile_interval_seconds=0.1,
+    )
+    services = director_services(store, settings, RunnerKind.thread)
+    for service in services:
+        service.start_in_background()
+    publisher = Publisher(amqp_url)
+    try:
+        publisher.publish_organisation(OrganisationCreated(organisation=OrganisationRef(id=org)))
+        publisher.publish_event(org, raw_event("r1"))
+        assert wait_until(lambda: task_count(store, org) == 1, 60)
+        publisher.publish_organisation(OrganisationDeleted(organisation=OrganisationRef(id=org)))
+        assert wait_until(lambda: not organisation_exists(store, org), 30)
+        director = services[-1]
+        assert wait_until(lambda: all(spec.organisation != org for spec in director.runner.list()), 30)
+    finally:
+        for service in reversed(services):
+            service.stop()
+        publisher.close()

@@ -1,0 +1,254 @@
+"""Thread and process runners, the director and the stand-alone mode, run for real."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from baton.api import create_app
+from baton.control.director import Director
+from baton.control.runners import ProcessRunner, ThreadRunner
+from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcnow
+from baton.core.settings import Settings
+from baton.ingest.catalogue import seed_catalogue
+from baton.ingest.schedulers import SchedulerContext
+from baton.storage.engine import Store
+from baton.storage.organisations import create_organisation, delete_organisation
+from baton.storage.tables import ReportSchedule
+from baton.storage.tables import Scheduler as SchedulerRow
+from baton.testing.waiting import wait_until
+
+FAST = {
+    "BATON_HEARTBEAT_INTERVAL_SECONDS": "0.2",
+    "BATON_POLL_INTERVAL_SECONDS": "0.1",
+    "BATON_RECONCILE_INTERVAL_SECONDS": "0.2",
+}
+
+
+def fast_settings(url: str) -> Settings:
+    return Settings(
+        database_url=url, heartbeat_interval_seconds=0.2, poll_interval_seconds=0.05, reconcile_interval_seconds=0.2
+    )
+
+
+def add_org(store: Store, org: str) -> None:
+    with store.session() as session:
+        create_organisation(session, org, org, maxsize=100)
+
+
+def scheduler_row(store: Store, scheduler_id: str) -> SchedulerRow | None:
+    with store.session() as session:
+        return session.get(SchedulerRow, scheduler_id)
+
+
+def state_of(store: Store, scheduler_id: str) -> str | None:
+    row = scheduler_row(store, scheduler_id)
+    return row.state if row else None
+
+
+def scheduler_processes(organisation: str) -> list[int]:
+    """PIDs of live `baton standalone` processes for an organisation, read from /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        if "State:\tZ" in status:
+            continue
+        if b"standalone" in argv and organisation.encode() in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_thread_runner_starts_heartbeats_and_stops(store: Store) -> None:
+    add_org(store, "acme")
+    runner = ThreadRunner(
+        SchedulerContext(store=store, settings=fast_settings(store.url), runner="thread", location="t")
+    )
+    spec = SchedulerSpec("acme", SchedulerType.BOEFJE)
+    runner.start(spec)
+    runner.start(spec)  # idempotent
+    assert runner.list() == [spec]
+    assert wait_until(lambda: state_of(store, spec.id) == SchedulerState.RUNNING.value, 10)
+    row = scheduler_row(store, spec.id)
+    assert row is not None and row.runner == "thread" and row.heartbeat_at is not None
+    runner.stop(spec.id)
+    assert runner.list() == []
+    assert state_of(store, spec.id) == SchedulerState.STOPPED.value
+
+
+def test_process_runner_restarts_a_killed_child(store: Store) -> None:
+    add_org(store, "acme")
+    runner = ProcessRunner(store, store.url, extra_env=FAST)
+    spec = SchedulerSpec("acme", SchedulerType.NORMALIZER)
+    try:
+        runner.start(spec)
+        first_pid = runner.pid(spec.id)
+        assert first_pid is not None
+        assert wait_until(lambda: state_of(store, spec.id) == SchedulerState.RUNNING.value, 30)
+        row = scheduler_row(store, spec.id)
+        assert row is not None and row.runner == "process" and row.location is not None
+        assert row.location.endswith(f":{first_pid}")
+
+        os.kill(first_pid, signal.SIGKILL)
+        assert wait_until(lambda: runner.status(spec.id) == SchedulerState.FAILED, 10)
+        assert runner.supervise() == []  # backoff first: it is shown failed until it is back
+        assert state_of(store, spec.id) == SchedulerState.FAILED.value
+        assert wait_until(lambda: bool(runner.supervise()), 10)
+        second_pid = runner.pid(spec.id)
+        assert second_pid not in (None, first_pid)
+        assert wait_until(lambda: state_of(store, spec.id) == SchedulerState.RUNNING.value, 30)
+    finally:
+        runner.shutdown()
+    assert wait_until(lambda: scheduler_processes("acme") == [], 10)
+    assert state_of(store, spec.id) == SchedulerState.STOPPED.value
+
+
+def test_director_reconciles_organisations_idempotently(store: Store) -> None:
+    settings = fast_settings(store.url)
+    runner = ThreadRunner(SchedulerContext(store=store, settings=settings, runner="thread", location="t"))
+    director = Director(store, settings, runner)
+    try:
+        add_org(store, "acme")
+        first = director.step()
+        assert first is not None and sorted(first.started) == ["boefje-acme", "normalizer-acme", "report-acme"]
+        again = director.reconcile()
+        assert again.started == [] and again.stopped == []
+        add_org(store, "beta")
+        assert len(director.reconcile().started) == 3
+        assert len(runner.list()) == 6
+        with store.session() as session:
+            delete_organisation(session, "acme")
+        assert sorted(director.reconcile().stopped) == ["boefje-acme", "normalizer-acme", "report-acme"]
+        assert {spec.organisation for spec in runner.list()} == {"beta"}
+    finally:
+        director.stop()
+    assert runner.list() == []
+
+
+def test_director_restarts_a_scheduler_with_a_stale_heartbeat(store: Store) -> None:
+    settings = Settings(database_url=store.url, heartbeat_timeout_seconds=1, poll_interval_seconds=0.05)
+    runner = ThreadRunner(SchedulerContext(store=store, settings=settings, runner="thread", location="t"))
+    director = Director(store, settings, runner)
+    add_org(store, "acme")
+    try:
+        director.reconcile()
+        assert wait_until(lambda: state_of(store, "boefje-acme") == SchedulerState.RUNNING.value, 10)
+        # heartbeat_interval is 5 s and the timeout 1 s: the heartbeat goes stale.
+        time.sleep(1.5)
+        assert "boefje-acme" in director.reconcile().restarted
+    finally:
+        director.stop()
+
+
+def run_cli(*args: str, env_extra: dict[str, str]) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **FAST, **env_extra}
+    return subprocess.Popen(
+        [sys.executable, "-m", "baton", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+def test_standalone_exits_cleanly_on_sigterm(store: Store) -> None:
+    add_org(store, "acme")
+    process = run_cli(
+        "standalone", "--organisation", "acme", "--scheduler", "boefje", env_extra={"BATON_DATABASE_URL": store.url}
+    )
+    try:
+        assert wait_until(lambda: state_of(store, "boefje-acme") == SchedulerState.RUNNING.value, 30)
+        row = scheduler_row(store, "boefje-acme")
+        assert row is not None and row.runner == "standalone" and row.location is not None
+        assert row.location.endswith(f":{process.pid}")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output.decode()
+    assert state_of(store, "boefje-acme") == SchedulerState.STOPPED.value
+
+
+def test_process_director_restart_adopts_nothing_twice(store: Store) -> None:
+    """SIGKILL the director: its children die with it; the next director starts exactly one each."""
+    with store.session() as session:
+        seed_catalogue(session, None)
+    add_org(store, "acme")
+    env = {"BATON_DATABASE_URL": store.url}
+    director = run_cli("director", "--runner", "process", env_extra=env)
+    try:
+        assert wait_until(lambda: len(scheduler_processes("acme")) == 3, 60)
+        director.kill()
+        director.wait()
+        assert wait_until(lambda: scheduler_processes("acme") == [], 30), "children outlived their director"
+        director = run_cli("director", "--runner", "process", env_extra=env)
+        assert wait_until(lambda: len(scheduler_processes("acme")) == 3, 60)
+        time.sleep(1.0)  # several more reconcile rounds
+        assert len(scheduler_processes("acme")) == 3
+    finally:
+        director.send_signal(signal.SIGTERM)
+        director.communicate(timeout=60)
+    assert wait_until(lambda: scheduler_processes("acme") == [], 30)
+
+
+@pytest.mark.parametrize("runner", ["thread", "process"])
+def test_events_become_tasks_in_six_queues(tmp_path: Path, runner: str) -> None:
+    """The issue's acceptance check: two organisations, events in, the right tasks in six queues."""
+    url = f"sqlite:///{tmp_path / 'baton.db'}"
+    store = Store(url)
+    store.migrate()
+    with store.session() as session:
+        seed_catalogue(session, None)
+    settings = fast_settings(url)
+    services: list[Director] = []
+    director_process = None
+    if runner == "thread":
+        thread_runner = ThreadRunner(SchedulerContext(store=store, settings=settings, runner="thread", location="t"))
+        services.append(Director(store, settings, thread_runner))
+    else:
+        director_process = run_cli("director", "--runner", "process", env_extra={"BATON_DATABASE_URL": url})
+    try:
+        with TestClient(create_app(settings, store, services=services)) as client:
+            for org in ("acme", "beta"):
+                assert client.post("/organisations", json={"id": org, "name": org}).status_code == 201
+                client.post(
+                    f"/organisations/{org}/events",
+                    json={
+                        "type": "scan_profile_mutation",
+                        "object": {
+                            "primary_key": "Hostname|internet|a.example",
+                            "object_type": "Hostname",
+                            "scan_level": 1,
+                        },
+                    },
+                )
+                client.post(
+                    f"/organisations/{org}/events",
+                    json={"type": "raw_file_received", "raw_file": {"id": "r1", "mime_types": ["boefje/dns-records"]}},
+                )
+                schedule = client.post(f"/organisations/{org}/report-schedules", json={"cron": "* * * * *"}).json()
+                with store.session() as session:  # make the schedule due now instead of next minute
+                    row = session.get(ReportSchedule, uuid.UUID(schedule["id"]))
+                    assert row is not None
+                    row.next_run_at = utcnow()
+
+            def six_queues_filled() -> bool:
+                return all(queue["size"] == 1 for queue in client.get("/queues").json())
+
+            assert wait_until(six_queues_filled, 60), client.get("/queues").json()
+            popped = client.post("/queues/boefje-beta/pop").json()
+            assert popped["data"]["boefje"]["id"] == "dns-records"
+            states = {row["id"]: (row["state"], row["runner"]) for row in client.get("/schedulers").json()}
+            assert all(state == ("running", runner) for state in states.values()), states
+    finally:
+        if director_process is not None:
+            director_process.send_signal(signal.SIGTERM)
+            director_process.communicate(timeout=60)

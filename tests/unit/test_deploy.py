@@ -1,0 +1,87 @@
+"""Deployment files: every Kubernetes manifest validates against the Kubernetes schemas (strict), the
+kustomization lists them all, RBAC grants only what the director needs, and compose has its services."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+KUBERNETES = DEPLOY / "kubernetes"
+MANIFESTS = sorted(path for path in KUBERNETES.glob("*.yaml") if path.name != "kustomization.yaml")
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda path: path.name)
+def test_manifest_validates_against_kubernetes_schemas(path: Path) -> None:
+    for document in documents(path):
+        kubernetes_validate.validate(document, "1.30", strict=True)
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
+    assert sorted(kustomization["resources"]) == sorted(path.name for path in MANIFESTS)
+
+
+def by_kind(kind: str) -> list[dict[str, Any]]:
+    return [doc for path in MANIFESTS for doc in documents(path) if doc["kind"] == kind]
+
+
+def test_role_grants_only_what_the_director_needs() -> None:
+    [role] = by_kind("Role")
+    grants = {(tuple(rule["apiGroups"]), tuple(rule["resources"])): set(rule["verbs"]) for rule in role["rules"]}
+    assert grants == {
+        (("",), ("pods",)): {"create", "delete", "get", "list", "watch"},
+        (("coordination.k8s.io",), ("leases",)): {"get", "create", "update"},
+        (("apps",), ("deployments",)): {"get"},
+    }
+    deployments_rule = next(rule for rule in role["rules"] if rule["resources"] == ["deployments"])
+    assert deployments_rule["resourceNames"] == ["baton-director"]
+
+
+def test_deployments_replicas_probes_and_security() -> None:
+    deployments = {doc["metadata"]["name"]: doc for doc in by_kind("Deployment")}
+    assert deployments["baton-api"]["spec"]["replicas"] == 3
+    assert deployments["baton-director"]["spec"]["replicas"] == 2
+    api = deployments["baton-api"]["spec"]["template"]["spec"]["containers"][0]
+    assert api["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert api["livenessProbe"]["httpGet"]["path"] == "/health"
+    director = deployments["baton-director"]["spec"]["template"]["spec"]
+    assert director["serviceAccountName"] == "baton-director"
+    assert director["containers"][0]["args"] == ["director", "--runner", "kubernetes"]
+    for deployment in deployments.values():
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        for container in pod["containers"]:
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True and context["allowPrivilegeEscalation"] is False
+
+
+def test_scheduler_pod_manifest_validates_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POD_NAME", raising=False)
+    from kubernetes import client
+
+    from baton.control.kubernetes import KubernetesRunner
+    from baton.core.model import SchedulerSpec, SchedulerType
+    from baton.core.settings import Settings
+
+    runner = KubernetesRunner(client.ApiClient(), Settings(k8s_owner_deployment=None), "baton")
+    manifest = runner.pod_manifest(SchedulerSpec("Acme.Corp_", SchedulerType.NORMALIZER))
+    kubernetes_validate.validate(manifest, "1.30", strict=True)
+
+
+def test_compose_file_has_the_services_and_replicas() -> None:
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"postgres", "rabbitmq", "api", "director"}
+    assert services["api"]["deploy"]["replicas"] == 3
+    assert services["api"]["command"] == ["serve", "--no-director"]
+    assert services["director"]["command"][:1] == ["director"]
+    assert services["api"]["environment"]["BATON_DATABASE_URL"].startswith("postgresql+psycopg://")

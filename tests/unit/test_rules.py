@@ -1,0 +1,54 @@
+"""Small domain rules: settings by flat name, the heartbeat rule, backoff, the lifecycle."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from baton.core.backoff import Backoff
+from baton.core.errors import InvalidTransitionError
+from baton.core.heartbeat import is_stale, live_state
+from baton.core.lifecycle import check_transition, may_precede
+from baton.core.model import SchedulerState, TaskStatus, utcnow
+from baton.core.settings import Settings
+
+
+def test_group_settings_keep_their_flat_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BATON_AMQP_URL", "amqp://u:p@broker:5672/%2F")
+    monkeypatch.setenv("BATON_HEARTBEAT_INTERVAL_SECONDS", "2")
+    monkeypatch.setenv("BATON_TASK_MAX_ATTEMPTS", "7")
+    settings = Settings(poll_interval_seconds=0.5)
+    assert settings.amqp.url == "amqp://u:p@broker:5672/%2F"
+    assert settings.timing.heartbeat_interval_seconds == 2  # from the environment
+    assert settings.timing.poll_interval_seconds == 0.5  # given by its flat name
+    assert settings.recovery.task_max_attempts == 7
+
+
+def test_leases_must_be_ordered() -> None:
+    with pytest.raises(ValueError, match="RETRY_PERIOD"):
+        Settings(lease_seconds=5, renew_deadline_seconds=10)
+
+
+def test_the_heartbeat_rule() -> None:
+    now = utcnow()
+    fresh, old = now - timedelta(seconds=1), now - timedelta(seconds=60)
+    assert not is_stale(SchedulerState.RUNNING, fresh, now, 30)
+    assert is_stale(SchedulerState.RUNNING, old, now, 30)
+    assert is_stale(SchedulerState.STARTING, None, now, 30)
+    assert not is_stale(SchedulerState.STOPPED, old, now, 30)  # a stopped scheduler is not late
+    assert live_state(SchedulerState.RUNNING, old, now, 30) is SchedulerState.FAILED
+
+
+def test_backoff_doubles_to_its_cap_and_resets() -> None:
+    backoff = Backoff(initial=1, maximum=5)
+    assert [backoff.next() for _ in range(5)] == [1, 2, 4, 5, 5]
+    backoff.reset()
+    assert backoff.next() == 1
+
+
+def test_lifecycle() -> None:
+    assert may_precede(TaskStatus.RUNNING) == {TaskStatus.DISPATCHED}
+    check_transition(TaskStatus.DISPATCHED, TaskStatus.COMPLETED)
+    with pytest.raises(InvalidTransitionError, match="'completed' to 'running'"):
+        check_transition(TaskStatus.COMPLETED, TaskStatus.RUNNING)
