@@ -1,8 +1,10 @@
 """Logging: one format for every line (Baton's own, uvicorn's, alembic's, pika's), to stderr.
 
-Console text by default, JSON lines with BATON_LOG_JSON=true. Standard-library loggers of the
-libraries go through structlog's formatter, so a JSON log stays parseable line by line. Chatty
-libraries (alembic's migration banner, kubernetes, urllib3) log at WARNING and above only.
+Console text by default, JSON lines with BATON_LOG_JSON=true. Baton's own lines go straight through
+structlog to stderr (one per request on the hot path: it has to be cheap); the standard-library
+loggers of the libraries go through structlog's formatter with the same renderer, so a JSON log
+stays parseable line by line. Chatty libraries (alembic's migration banner, kubernetes, urllib3)
+log at WARNING and above only.
 """
 
 from __future__ import annotations
@@ -23,12 +25,19 @@ def _level(level: str) -> int:
     return numeric if isinstance(numeric, int) else logging.INFO
 
 
+def add_component(logger: object, method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """A library's line names its logger as Baton's lines name their component."""
+    record = event.get("_record")
+    if record is not None:
+        event.setdefault("component", record.name)
+    return event
+
+
 def configure_logging(level: str = "info", json: bool = False) -> None:
     numeric = _level(level)
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name,
+        structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: structlog.typing.Processor
@@ -37,16 +46,16 @@ def configure_logging(level: str = "info", json: bool = False) -> None:
         shared.append(structlog.processors.dict_tracebacks)
     else:
         renderer = structlog.dev.ConsoleRenderer(
-            colors=False, exception_formatter=structlog.dev.plain_traceback, sort_keys=False
+            colors=False, exception_formatter=structlog.dev.plain_traceback, sort_keys=False, pad_event_to=0
         )
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
+        processors=[*shared, renderer],
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared,
+        foreign_pre_chain=[*shared, add_component],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
     )
     handler = logging.StreamHandler(sys.stderr)
@@ -64,5 +73,6 @@ def configure_logging(level: str = "info", json: bool = False) -> None:
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
-    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(name)
+    # Bound lazily: loggers made at import time still use the configuration made later.
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(component=name)
     return logger

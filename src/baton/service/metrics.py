@@ -7,6 +7,7 @@ time, so every replica reports the same; pops, pushes and latencies are this pro
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -84,3 +85,12 @@ class Metrics:
             buckets=DWELL_BUCKETS,
         )
         self.registry.register(StoreCollector(store))
+        self._queues: dict[str, tuple[Any, Any]] = {}
+
+    def per_queue(self, queue: str, organisation: str, task_type: str) -> tuple[Any, Any]:
+        """The queue's pop counter and dwell histogram, looked up once (labels() takes a lock)."""
+        found = self._queues.get(queue)
+        if found is None:
+            found = (self.pops.labels(queue), self.dwell.labels(organisation, task_type))
+            self._queues[queue] = found
+        return found

@@ -90,10 +90,9 @@ class QueueService:
 
     def _count_pops(self, tasks: Sequence[dict[str, Any]], now: datetime) -> None:
         for task in tasks:
-            self.metrics.pops.labels(task["scheduler_id"]).inc()
-            self.metrics.dwell.labels(task["organisation"], task["type"]).observe(
-                max(0.0, (now - task["created_at"]).total_seconds())
-            )
+            pops, dwell = self.metrics.per_queue(task["scheduler_id"], task["organisation"], task["type"])
+            pops.inc()
+            dwell.observe(max(0.0, (now - task["created_at"]).total_seconds()))
 
     async def push(self, request: PushRequest) -> PushResult:
         check_data_size(request.data, self.settings.max_data_bytes)

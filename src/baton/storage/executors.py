@@ -146,7 +146,8 @@ class PostgresExecutor:
         await self._ensure_open()
         sql, defaults = _compiled(key)
         async with self.pool.connection() as conn:
-            cursor = await conn.execute(sql, {**defaults, **params})
+            cursor = conn.cursor(binary=True)  # binary results: no text parsing of uuids and timestamps
+            await cursor.execute(sql, {**defaults, **params})
             rows: list[dict[str, Any]] = await cursor.fetchall()  # type: ignore[assignment]  # dict_row
             return rows
 

@@ -9,15 +9,16 @@ or the caller's own session when a scheduler pushes inside its ingest transactio
 Ordering: lower `priority` first. A pop from one queue takes ties oldest first (`seq`). A pop across
 organisations (by type) takes ties by the fair-queuing tag `fair_key` when fairness is on:
 
-    fair_key(new task) = max(queue's last tag, smallest queued tag at this type and priority)
-                         + UNIT / organisation weight
+    fair_key(new task) = max(queue's last tag + UNIT / organisation weight,
+                             smallest queued tag at this type and priority)
 
-This is start-time fair queuing: a backlogged organisation's tags run far ahead, while a task of a
-quiet organisation starts at the current head and so is served within about one round of the
-organisations that have work. The tag is computed when the task is pushed, so a pop is still one
-index scan (`ix_tasks_fair_pop`), whatever the number of organisations or queued tasks; the queue's
-clock (`queue_counters.last_key`) is kept by the same trigger that counts the queue, in the same
-transaction.
+This is start-time fair queuing: tasks are served in order of their start tags; a backlogged
+organisation's tags run far ahead, while a task of a quiet organisation starts at the current head
+(it cannot bank credit while idle) and so is served within one round of the organisations that have
+work: with K organisations backlogged, pops go round robin, each getting 1/K (weight w: w/sum).
+The tag is computed when the task is pushed, so a pop is still one index scan (`ix_tasks_fair_pop`),
+whatever the number of organisations or queued tasks; the queue's clock (`queue_counters.last_key`)
+is kept by the same trigger that counts the queue, in the same transaction.
 """
 
 from __future__ import annotations
@@ -200,10 +201,10 @@ def _head_tag(task_type: Any) -> Any:
 
 
 def _new_tag(queue: Any, greatest: Any) -> Any:
-    """max(queue clock, head of the fair queue) + one step of this organisation's weight."""
+    """max(queue clock + one step of the organisation's weight, head of the fair queue)."""
     # `op("/")`: integer division on both backends (SQLAlchemy's `/` would cast to NUMERIC).
     step = literal_column(str(FAIR_UNIT)).op("/")(queue.c.weight)
-    return greatest(queue.c.last_key, func.coalesce(_head_tag(queue.c.type), 0)) + step
+    return greatest(queue.c.last_key + step, func.coalesce(_head_tag(queue.c.type), 0))
 
 
 def _insert_values(queue: Any, tag: Any) -> Select[Any]:

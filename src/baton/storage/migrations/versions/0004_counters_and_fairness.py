@@ -15,50 +15,69 @@ down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Counters change in the same transaction as the task row, whatever writes it (push, pop, a status
+# Counters change in the same transaction as the task rows, whatever writes them (push, pop, a status
 # change, recovery, a cascade): they cannot drift. On PostgreSQL each backend writes its own shard
 # of a queue's row, so concurrent pops of one queue do not wait on each other's counter row.
 POSTGRES_SHARDS = 8
 
-POSTGRES_TRIGGER = f"""
-CREATE FUNCTION baton_count_task() RETURNS trigger AS $$
-DECLARE
-  queue text;
-  queued_delta integer := 0;
-  flight_delta integer := 0;
-  tag bigint := NULL;
+# Statement-level triggers with transition tables: one counter upsert per statement and queue, not
+# one per row (updating one row many times in one transaction is slow on PostgreSQL: every version
+# stays until the transaction ends, and each update walks them).
+SHARD = f"pg_backend_pid() % {POSTGRES_SHARDS}"
+IS_QUEUED = "(status = 'queued')::int"
+IS_FLYING = "(status IN ('dispatched', 'running'))::int"
+UPSERT = """
+  ON CONFLICT (scheduler_id, shard) DO UPDATE
+    SET queued = c.queued + EXCLUDED.queued,
+        in_flight = c.in_flight + EXCLUDED.in_flight,
+        last_key = greatest(c.last_key, EXCLUDED.last_key)"""
+
+POSTGRES_TRIGGERS = [
+    f"""
+CREATE FUNCTION baton_count_inserted() RETURNS trigger AS $$
 BEGIN
-  IF TG_OP = 'UPDATE' AND NEW.status = OLD.status THEN
-    RETURN NULL;
-  END IF;
-  IF TG_OP IN ('UPDATE', 'DELETE') THEN
-    queue := OLD.scheduler_id;
-    IF OLD.status = 'queued' THEN queued_delta := queued_delta - 1;
-    ELSIF OLD.status IN ('dispatched', 'running') THEN flight_delta := flight_delta - 1;
-    END IF;
-  END IF;
-  IF TG_OP IN ('INSERT', 'UPDATE') THEN
-    queue := NEW.scheduler_id;
-    IF NEW.status = 'queued' THEN queued_delta := queued_delta + 1;
-    ELSIF NEW.status IN ('dispatched', 'running') THEN flight_delta := flight_delta + 1;
-    END IF;
-    IF TG_OP = 'INSERT' THEN tag := NEW.fair_key; END IF;
-  END IF;
-  IF queued_delta <> 0 OR flight_delta <> 0 OR tag IS NOT NULL THEN
-    INSERT INTO queue_counters AS c (scheduler_id, shard, queued, in_flight, last_key)
-    VALUES (queue, pg_backend_pid() % {POSTGRES_SHARDS}, queued_delta, flight_delta, coalesce(tag, 0))
-    ON CONFLICT (scheduler_id, shard) DO UPDATE
-      SET queued = c.queued + EXCLUDED.queued,
-          in_flight = c.in_flight + EXCLUDED.in_flight,
-          last_key = greatest(c.last_key, EXCLUDED.last_key);
-  END IF;
+  INSERT INTO queue_counters AS c (scheduler_id, shard, queued, in_flight, last_key)
+  SELECT scheduler_id, {SHARD}, sum({IS_QUEUED}), sum({IS_FLYING}), max(fair_key)
+  FROM new_rows GROUP BY scheduler_id
+  {UPSERT};
   RETURN NULL;
 END
-$$ LANGUAGE plpgsql;
-
-CREATE TRIGGER tasks_count AFTER INSERT OR DELETE OR UPDATE OF status ON tasks
-FOR EACH ROW EXECUTE FUNCTION baton_count_task();
-"""
+$$ LANGUAGE plpgsql
+""",
+    f"""
+CREATE FUNCTION baton_count_updated() RETURNS trigger AS $$
+BEGIN
+  INSERT INTO queue_counters AS c (scheduler_id, shard, queued, in_flight, last_key)
+  SELECT n.scheduler_id, {SHARD},
+         sum({IS_QUEUED.replace("status", "n.status")} - {IS_QUEUED.replace("status", "o.status")}),
+         sum({IS_FLYING.replace("status", "n.status")} - {IS_FLYING.replace("status", "o.status")}),
+         0
+  FROM new_rows n JOIN old_rows o ON o.seq = n.seq
+  WHERE n.status <> o.status
+  GROUP BY n.scheduler_id
+  {UPSERT};
+  RETURN NULL;
+END
+$$ LANGUAGE plpgsql
+""",
+    f"""
+CREATE FUNCTION baton_count_deleted() RETURNS trigger AS $$
+BEGIN
+  INSERT INTO queue_counters AS c (scheduler_id, shard, queued, in_flight, last_key)
+  SELECT scheduler_id, {SHARD}, -sum({IS_QUEUED}), -sum({IS_FLYING}), 0
+  FROM old_rows GROUP BY scheduler_id
+  {UPSERT};
+  RETURN NULL;
+END
+$$ LANGUAGE plpgsql
+""",
+    """CREATE TRIGGER tasks_count_insert AFTER INSERT ON tasks REFERENCING NEW TABLE AS new_rows
+       FOR EACH STATEMENT EXECUTE FUNCTION baton_count_inserted()""",
+    """CREATE TRIGGER tasks_count_update AFTER UPDATE ON tasks REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+       FOR EACH STATEMENT EXECUTE FUNCTION baton_count_updated()""",
+    """CREATE TRIGGER tasks_count_delete AFTER DELETE ON tasks REFERENCING OLD TABLE AS old_rows
+       FOR EACH STATEMENT EXECUTE FUNCTION baton_count_deleted()""",
+]
 
 # SQLite serialises writers: one shard (0) is enough. One trigger per event, CASE for the deltas.
 SQLITE_TRIGGERS = [
@@ -134,7 +153,8 @@ def upgrade() -> None:
     )
     op.execute(BACKFILL)
     if op.get_bind().dialect.name == "postgresql":
-        op.execute(POSTGRES_TRIGGER)
+        for statement in POSTGRES_TRIGGERS:
+            op.execute(statement)
     else:
         for trigger in SQLITE_TRIGGERS:
             op.execute(trigger)
@@ -142,8 +162,10 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute("DROP TRIGGER IF EXISTS tasks_count ON tasks")
-        op.execute("DROP FUNCTION IF EXISTS baton_count_task()")
+        for event in ("insert", "update", "delete"):
+            op.execute(f"DROP TRIGGER IF EXISTS tasks_count_{event} ON tasks")
+        for event in ("inserted", "updated", "deleted"):
+            op.execute(f"DROP FUNCTION IF EXISTS baton_count_{event}()")
     else:
         for name in ("tasks_count_insert", "tasks_count_update", "tasks_count_delete"):
             op.execute(f"DROP TRIGGER IF EXISTS {name}")
