@@ -489,7 +489,9 @@ class Chaos:
         [(location,)] = self.stack.query("SELECT location FROM schedulers WHERE id = %s", scheduler_id)
         host, pid = str(location).rsplit(":", 1)
         container = self.stack.hostnames(service)[host]
-        action = Action(f"`kill -9` scheduler {scheduler_id} (pid {pid} in {container.rsplit('_', 1)[1]})", time.time())
+        action = Action(
+            f"`kill -9` scheduler {scheduler_id} (pid {pid} in {service} {container.rsplit('_', 1)[1]})", time.time()
+        )
         podman("exec", container, "python", "-c", f"import os; os.kill({int(pid)}, 9)")
 
         def restarted() -> bool:
@@ -937,7 +939,8 @@ def write_results(
             "",
             "Without a database URL `baton serve` keeps everything in a SQLite file inside its container, so two "
             f"replicas are two unrelated schedulers. {sqlite['organisations']} organisations announced over the shared "
-            f"RabbitMQ, then {sqlite['events_in']} scan-profile mutations (objects every built-in boefje may scan):",
+            f"RabbitMQ, then {sqlite['events_in']} scan-profile mutations of Hostname objects (the built-in catalogue, "
+            "which each replica seeds into its own file, has a boefje for them):",
             "",
             "| replica | organisations it knows | boefje tasks it holds | a pop through it returns | "
             "push to the other organisation's queue |",
