@@ -1,15 +1,29 @@
 # Baton: one image for the API, the director and stand-alone schedulers (the args choose).
-FROM python:3.11-slim AS build
+# The base is any image with Python 3.11+ and its venv module: the official python image by
+# default; scripts/containers.sh passes --build-arg PYTHON_IMAGE=<an image built from Debian's
+# packages> where no registry can be reached. Baton lives in a virtualenv at /opt/baton either way.
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+RUN python3 -m venv /opt/baton
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN /opt/baton/bin/pip install . \
+    && /opt/baton/bin/python -m compileall -q /opt/baton/lib
+COPY deploy/probe.py /opt/baton/bin/baton-probe
+RUN chmod 755 /opt/baton/bin/baton-probe \
+    && sed -i '1s|.*|#!/opt/baton/bin/python|' /opt/baton/bin/baton-probe
 
-FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
-    && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin baton
+FROM ${PYTHON_IMAGE}
+ENV PATH=/opt/baton/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+COPY --from=build /opt/baton /opt/baton
+# The default database (sqlite:///baton.db) lands in the working directory: writable for uid 10001.
+# Replicas need PostgreSQL (BATON_DATABASE_URL); a read-only root filesystem needs it too.
+RUN useradd --uid 10001 --no-create-home --home-dir /var/lib/baton --shell /usr/sbin/nologin baton \
+    && mkdir -p /var/lib/baton && chown 10001:10001 /var/lib/baton
+WORKDIR /var/lib/baton
 USER 10001
 EXPOSE 8000
 ENTRYPOINT ["baton"]

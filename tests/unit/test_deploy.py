@@ -1,8 +1,11 @@
 """Deployment files: every Kubernetes manifest validates against the Kubernetes schemas (strict), the
-kustomization lists them all, RBAC grants only what the director needs, and compose has its services."""
+kustomization lists them all and sets the one image, RBAC grants only what the director needs, and
+compose has its services, builds the image once and checks the director's health."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +54,45 @@ def test_deployments_replicas_probes_and_security() -> None:
     assert deployments["baton-api"]["spec"]["replicas"] == 3
     assert deployments["baton-director"]["spec"]["replicas"] == 2
     api = deployments["baton-api"]["spec"]["template"]["spec"]["containers"][0]
-    assert api["readinessProbe"]["httpGet"]["path"] == "/health"
+    # /ready through baton-probe (an httpGet probe cannot carry the token /ready needs with auth on).
+    assert api["readinessProbe"]["exec"]["command"] == ["baton-probe", "api"]
     assert api["livenessProbe"]["httpGet"]["path"] == "/health"
     director = deployments["baton-director"]["spec"]["template"]["spec"]
     assert director["serviceAccountName"] == "baton-director"
     assert director["containers"][0]["args"] == ["director", "--runner", "kubernetes"]
+    assert director["containers"][0]["readinessProbe"]["exec"]["command"] == ["baton-probe", "director"]
+    assert director["containers"][0]["livenessProbe"]["exec"]["command"] == ["baton-probe", "director", "--live"]
     for deployment in deployments.values():
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         for container in pod["containers"]:
             context = container["securityContext"]
             assert context["readOnlyRootFilesystem"] is True and context["allowPrivilegeEscalation"] is False
+
+
+def test_the_image_is_set_once_by_kustomize() -> None:
+    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
+    [image] = kustomization["images"]
+    assert image["name"] == "baton" and image["newName"] and image["newTag"]
+    for deployment in by_kind("Deployment"):
+        assert {c["image"] for c in deployment["spec"]["template"]["spec"]["containers"]} == {"baton"}
+    [replacement] = kustomization["replacements"]
+    assert replacement["targets"][0]["fieldPaths"] == ["data.BATON_K8S_IMAGE"]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def test_kustomize_build_puts_the_image_everywhere() -> None:
+    built = subprocess.run(
+        ["kubectl", "kustomize", str(KUBERNETES)], check=True, capture_output=True, text=True, timeout=60
+    ).stdout
+    docs = [doc for doc in yaml.safe_load_all(built) if doc]
+    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
+    expected = "{newName}:{newTag}".format(**kustomization["images"][0])
+    images = {
+        c["image"] for doc in docs if doc["kind"] == "Deployment" for c in doc["spec"]["template"]["spec"]["containers"]
+    }
+    [config] = [doc for doc in docs if doc["kind"] == "ConfigMap"]
+    assert images == {expected} and config["data"]["BATON_K8S_IMAGE"] == expected
 
 
 def test_scheduler_pod_manifest_validates_too(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,3 +116,16 @@ def test_compose_file_has_the_services_and_replicas() -> None:
     assert services["api"]["command"] == ["serve", "--no-director"]
     assert services["director"]["command"][:1] == ["director"]
     assert services["api"]["environment"]["BATON_DATABASE_URL"].startswith("postgresql+psycopg://")
+    # Built once (by api); the director reuses the tag; both check their health with baton-probe.
+    assert [name for name, service in services.items() if "build" in service] == ["api"]
+    assert services["director"]["image"] == services["api"]["image"]
+    assert services["director"]["healthcheck"]["test"] == "baton-probe director"
+    assert services["api"]["healthcheck"]["test"] == "baton-probe api"
+
+
+def test_local_override_only_swaps_the_backing_images() -> None:
+    override = yaml.safe_load((DEPLOY / "docker-compose.local.yml").read_text())
+    assert {name: set(service) for name, service in override["services"].items()} == {
+        "postgres": {"image"},
+        "rabbitmq": {"image"},
+    }

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The replication experiment in containers (bench/containers.py): podman-compose up with 3 API
+# replicas, 2 directors, PostgreSQL and RabbitMQ; clients on this machine; kills and restarts of
+# every component; then two replicas of `baton serve` with the embedded director. Writes
+# docs/replication-containers.md and stops every container it started.
+#   bash scripts/containers.sh && bash bench/containers.sh [--quick] [--skip-embedded] [--keep]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/deploy/podman/containers.conf}
+version=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+for image in "localhost/baton:$version" localhost/baton-postgres:bookworm localhost/baton-rabbitmq:bookworm; do
+  if ! podman image exists "$image"; then
+    echo "image $image is missing: run bash scripts/containers.sh first" >&2
+    exit 1
+  fi
+done
+# The clients and the publisher run here; they need httpx, psycopg, pika and PyYAML (Baton's dependencies).
+if ! python3 -c 'import httpx, psycopg, pika, yaml' 2>/dev/null; then
+  python3 -m pip install --quiet httpx 'psycopg[binary]' pika pyyaml
+fi
+exec python3 -m bench.containers "$@"

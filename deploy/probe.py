@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Container health probes for Baton (installed in the image as `baton-probe`), stdlib and psycopg only.
+
+    baton-probe api [--port 8000]     ready to serve: GET /ready answers 200
+    baton-probe director [--live]     the database answers, and if this container leads, it renews
+
+`api`: `/ready` needs a bearer token when authentication is on, which a probe does not have unless
+BATON_PROBE_TOKEN holds one (scope `read`). Without one, a 401 from /ready is answered the way
+/ready would: GET /health must answer and the database must answer with a migrated schema.
+
+`director`: the leader writes `leaders.renewed_at` every reconcile round; a director that holds the
+row (holder `<hostname>:<pid>`, or its pod name) but has not renewed it for --stale seconds is hung.
+Without --live an unreachable database fails the probe too (not ready); with --live it does not, so
+a database outage does not restart every director (what a Kubernetes livenessProbe wants).
+A standby's loop writes nothing, so a hung standby is not detected here (see docs/containers.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sqlite3
+import sys
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+
+DEFAULT_DATABASE_URL = "sqlite:///baton.db"
+
+
+def database_url() -> str:
+    return os.environ.get("BATON_DATABASE_URL", DEFAULT_DATABASE_URL)
+
+
+def query(sql: str) -> list[tuple[object, ...]]:
+    """Run one read-only statement on Baton's database (PostgreSQL or SQLite), 3 s connect timeout."""
+    url = database_url()
+    if url.startswith("sqlite"):
+        path = url.split(":///", 1)[1]
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=3) as conn:
+            return conn.execute(sql).fetchall()
+    import psycopg
+
+    libpq = url.replace("postgresql+psycopg://", "postgresql://").replace("postgres://", "postgresql://")
+    with psycopg.connect(libpq, connect_timeout=3, autocommit=True) as conn:
+        return conn.execute(sql).fetchall()  # type: ignore[arg-type]
+
+
+def http_status(port: int, path: str, token: str | None) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=3) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def probe_api(port: int) -> str | None:
+    token = os.environ.get("BATON_PROBE_TOKEN") or None
+    status = http_status(port, "/ready", token)
+    if status == 200:
+        return None
+    if status not in (401, 403) or token:
+        return f"/ready answered {status}"
+    if http_status(port, "/health", None) != 200:
+        return "/health does not answer 200"
+    if not query("SELECT version_num FROM alembic_version"):
+        return "migrations not applied"
+    return None
+
+
+def probe_director(live: bool, stale_seconds: float) -> str | None:
+    try:
+        rows = query("SELECT holder, renewed_at FROM leaders WHERE role = 'director'")
+    except Exception as exc:  # any driver error: the database does not answer
+        return None if live else f"database unreachable: {exc}"
+    if not rows:
+        return None
+    holder, renewed_at = rows[0]
+    hostname = socket.gethostname()
+    if str(holder).rsplit(":", 1)[0] != hostname and str(holder) != os.environ.get("POD_NAME", hostname):
+        return None
+    renewed = renewed_at if isinstance(renewed_at, datetime) else datetime.fromisoformat(str(renewed_at))
+    if renewed.tzinfo is None:
+        renewed = renewed.replace(tzinfo=UTC)
+    age = (datetime.now(UTC) - renewed).total_seconds()
+    return f"leading but last renewed {age:.0f} s ago" if age > stale_seconds else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="baton-probe", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    api = sub.add_parser("api", help="the API is ready")
+    api.add_argument("--port", type=int, default=int(os.environ.get("BATON_PORT", "8000")))
+    director = sub.add_parser("director", help="the director can work (and renews if it leads)")
+    director.add_argument("--live", action="store_true", help="pass while the database is unreachable")
+    director.add_argument("--stale", type=float, default=60.0, help="seconds without renewal that mean hung")
+    args = parser.parse_args()
+    try:
+        problem = probe_api(args.port) if args.what == "api" else probe_director(args.live, args.stale)
+    except Exception as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    if problem:
+        print(f"unhealthy: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Build Baton's container images with Podman, from Debian's packages only (no registry needed):
+#   1. installs podman, podman-compose, runc and debootstrap (Debian; as root) when missing;
+#   2. uses deploy/podman/containers.conf (exported as CONTAINERS_CONF unless you set your own);
+#   3. builds the base images: localhost/baton-python:bookworm (debootstrap: Debian + python3-venv),
+#      localhost/baton-postgres:bookworm and localhost/baton-rabbitmq:bookworm (deploy/podman/*);
+#   4. builds Baton's image from ./Dockerfile on that base and tags it baton:<version>, the name
+#      deploy/docker-compose.yml expects (Podman resolves baton:<version> to localhost/); pip inside the build uses this machine's pip index settings.
+# Idempotent: what exists is kept (image builds are cached), so a rerun takes seconds.
+#   bash scripts/containers.sh            build what is missing or changed
+#   bash scripts/containers.sh --rebuild  debootstrap the base again and rebuild every image
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+REBUILD=0
+[ "${1:-}" = --rebuild ] && REBUILD=1
+
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/deploy/podman/containers.conf}
+PYTHON_BASE=localhost/baton-python:bookworm
+POSTGRES_IMAGE=localhost/baton-postgres:bookworm
+RABBITMQ_IMAGE=localhost/baton-rabbitmq:bookworm
+VERSION=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+BATON_IMAGE=${BATON_IMAGE:-localhost/baton:$VERSION}
+
+step() { printf '\n== %s\n' "$*"; }
+
+install_tools() {
+  local missing=()
+  for tool in podman podman-compose runc debootstrap; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" != 0 ]; then
+    echo "missing: ${missing[*]}; install them (Debian: apt-get install podman podman-compose runc debootstrap)" >&2
+    exit 1
+  fi
+  step "installing podman podman-compose runc debootstrap"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman podman-compose runc debootstrap >/dev/null
+}
+
+debian_mirror() {
+  # The mirror apt already uses for bookworm's main archive (deb822 .sources or one-line lists).
+  python3 - <<'PY'
+import glob, re, sys
+found = []
+for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
+    for stanza in re.split(r"\n\s*\n", open(path).read()):
+        fields = dict(re.findall(r"^(\w[\w-]*):\s*(.+)$", stanza, re.M))
+        if "bookworm" in fields.get("Suites", "").split() and fields.get("Types", "deb").split()[0] == "deb":
+            found += fields.get("URIs", "").split()
+for path in ["/etc/apt/sources.list", *sorted(glob.glob("/etc/apt/sources.list.d/*.list"))]:
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        continue
+    for line in lines:
+        parts = line.split("#", 1)[0].split()
+        parts = [p for p in parts if not p.startswith("[")]
+        if len(parts) >= 3 and parts[0] == "deb" and parts[2] == "bookworm":
+            found.append(parts[1])
+print(found[0] if found else "http://deb.debian.org/debian")
+PY
+}
+
+build_python_base() {
+  if [ $REBUILD = 0 ] && podman image exists "$PYTHON_BASE"; then
+    echo "$PYTHON_BASE exists"
+    return 0
+  fi
+  local mirror dir
+  mirror=$(debian_mirror)
+  dir=$(mktemp -d /var/tmp/baton-rootfs.XXXXXX)
+  step "debootstrap bookworm from $mirror -> $PYTHON_BASE"
+  if ! debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$dir" "$mirror" \
+    >"$dir.log" 2>&1; then
+    tail -n 20 "$dir.log" >&2
+    rm -rf "$dir"
+    exit 1
+  fi
+  rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
+  tar -C "$dir" -c . | podman import --change 'ENV LANG=C.UTF-8' - "$PYTHON_BASE" >/dev/null
+  rm -rf "$dir" "$dir.log"
+}
+
+build_service_image() {
+  local name=$1 tag=$2
+  step "$tag (deploy/podman/$name)"
+  local log
+  log=$(mktemp /tmp/baton-build.XXXXXX.log)
+  if ! podman build --build-arg "BASE_IMAGE=$PYTHON_BASE" -t "$tag" "deploy/podman/$name" >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    exit 1
+  fi
+  rm -f "$log"
+}
+
+pip_settings() {
+  # This machine's effective pip settings (config files and PIP_* variables) as one pip.conf for the
+  # build, plus a -v mount for every local file or directory they name (file:// indexes, find-links,
+  # certificates, constraints), so pip in the build resolves exactly as pip here does.
+  local conf=$1
+  python3 - "$conf" <<'PY'
+import os, re, subprocess, sys
+listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+settings = {}
+for line in listing.splitlines():
+    match = re.match(r"^([^.]*)\.([\w-]+)='(.*)'$", line)
+    if match:
+        section, key, value = match.groups()
+        section = "global" if section in ("", ":env:") else section
+        settings.setdefault(section, {})[key] = value
+with open(sys.argv[1], "w") as out:
+    for section, values in settings.items():
+        out.write(f"[{section}]\n" + "".join(f"{key} = {value}\n" for key, value in values.items()))
+paths = set()
+for values in settings.values():
+    for value in values.values():
+        for token in value.split():
+            path = token[len("file://"):] if token.startswith("file://") else token
+            if path.startswith("/") and os.path.exists(path):
+                path = os.path.realpath(path)
+                # A local "simple" index links to its files relatively (../../files/...): mount its parent.
+                paths.add(os.path.dirname(path) if os.path.basename(path) == "simple" else path)
+for path in sorted(paths):
+    print(path)
+PY
+}
+
+build_baton() {
+  step "Baton's image from ./Dockerfile -> $BATON_IMAGE"
+  local conf mounts=() path
+  conf=$(mktemp /tmp/baton-pip.XXXXXX.conf)
+  while IFS= read -r path; do
+    mounts+=(-v "$path:$path:ro")
+  done < <(pip_settings "$conf")
+  mounts+=(-v "$conf:/etc/pip.conf:ro")
+  if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    mounts+=(-v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro)
+  fi
+  local no_cache=()
+  [ $REBUILD = 1 ] && no_cache=(--no-cache)
+  if ! podman build "${no_cache[@]}" "${mounts[@]}" --build-arg "PYTHON_IMAGE=$PYTHON_BASE" \
+    -t "$BATON_IMAGE" -f Dockerfile . >"$conf.log" 2>&1; then
+    tail -n 30 "$conf.log" >&2
+    exit 1
+  fi
+  rm -f "$conf" "$conf.log"
+}
+
+started=$(date +%s)
+install_tools
+build_python_base
+build_service_image postgres "$POSTGRES_IMAGE"
+build_service_image rabbitmq "$RABBITMQ_IMAGE"
+build_baton
+step "done in $(($(date +%s) - started)) s"
+podman images --filter reference='*baton*' --format '{{.Repository}}:{{.Tag}}\t{{.Size}}'
+cat <<EOF
+
+Podman needs these settings in your shell too (this sandbox cannot raise resource limits):
+  export CONTAINERS_CONF=$CONTAINERS_CONF
+Then: podman-compose -p baton -f deploy/docker-compose.yml -f deploy/docker-compose.local.yml up -d
+EOF
