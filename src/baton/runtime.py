@@ -124,11 +124,21 @@ def build_kubernetes_director(store: Store, settings: Settings) -> Any:
 def director_services(store: Store, settings: Settings, runner_kind: RunnerKind) -> list[Service]:
     """The director and, with RabbitMQ enabled, the organisation watcher that feeds it."""
     services: list[Service] = [build_director(store, settings, runner_kind)]
-    if settings.amqp.enabled:
-        from baton.control.organisations import OrganisationWatcher, organisation_applier
+    return [*amqp_services(store, settings), *services]
 
-        services.insert(0, OrganisationWatcher(settings.amqp.url, organisation_applier(store, settings)))
-    return services
+
+def amqp_services(store: Store, settings: Settings) -> list[Service]:
+    """With RabbitMQ enabled: Baton's organisation events, and OpenKAT's own queues routed into the
+    schedulers' inboxes."""
+    if not settings.amqp.enabled:
+        return []
+    from baton.control.organisations import OrganisationWatcher, organisation_applier
+    from baton.ingest.rabbitmq import OpenKatEventRouter
+
+    return [
+        OrganisationWatcher(settings.amqp.url, organisation_applier(store, settings)),
+        OpenKatEventRouter(settings.amqp.url, store, settings.auto_organisations, settings.queue_maxsize),
+    ]
 
 
 def run_until_signalled(services: Sequence[Service]) -> None:

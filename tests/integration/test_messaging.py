@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import pika
@@ -27,6 +28,7 @@ from baton.ingest.events import (
     OrganisationRef,
     RawFileReceived,
     ScanProfileMutation,
+    as_uuid,
 )
 from baton.ingest.rabbitmq import DEAD_LETTER_QUEUE, ORGANISATIONS_QUEUE, Publisher, RabbitMQSource, event_queue
 from baton.ingest.schedulers import NormalizerScheduler, SchedulerContext
@@ -73,11 +75,16 @@ def task_count(store: Store, org: str) -> int:
 
 
 def distinct_raw_ids(store: Store, org: str) -> set[str]:
+    """The raw files that got a normalizer task (as UUIDs: Baton derives one from any other id)."""
     with store.session() as session:
         tasks = session.scalars(select(Task).where(Task.organisation == org)).all()
         ids = [task.data["raw_data"]["id"] for task in tasks]
     assert len(ids) == len(set(ids)), "a raw file got two normalizer tasks"
     return set(ids)
+
+
+def as_uuids(raw_ids: Iterable[str]) -> set[str]:
+    return {str(as_uuid(raw_id)) for raw_id in raw_ids}
 
 
 def dead_letters(amqp_url: str, source_queue: str) -> list[tuple[bytes, str]]:
@@ -113,7 +120,7 @@ def test_events_flow_from_rabbitmq_into_tasks(store: Store, amqp_url: str) -> No
     thread = run_in_thread(scheduler)
     try:
         assert wait_until(lambda: scheduler.events_handled == 21, 30)
-        assert distinct_raw_ids(store, org) == {f"raw{n}" for n in range(20)}
+        assert distinct_raw_ids(store, org) == as_uuids(f"raw{n}" for n in range(20))
     finally:
         scheduler.stop()
         thread.join(10)
@@ -133,7 +140,7 @@ def test_malformed_messages_go_to_the_dead_letter_queue_and_consuming_continues(
     thread = run_in_thread(scheduler)
     try:
         assert wait_until(lambda: scheduler.events_handled == 4, 30)
-        assert distinct_raw_ids(store, org) == {"good"}
+        assert distinct_raw_ids(store, org) == as_uuids(["good"])
         letters = dead_letters(amqp_url, queue_name)
         assert len(letters) == 3
         assert any("mime_types" in reason for _, reason in letters)
@@ -175,7 +182,7 @@ def test_a_consumer_killed_between_receive_and_commit_gets_its_message_redeliver
     try:
         assert wait_until(lambda: task_count(store, org) == 1, 30), "the message was lost"
         time.sleep(0.5)
-        assert distinct_raw_ids(store, org) == {"only"}
+        assert distinct_raw_ids(store, org) == as_uuids(["only"])
     finally:
         scheduler.stop()
         thread.join(10)
@@ -206,7 +213,7 @@ def test_broker_restart_mid_stream_loses_and_duplicates_nothing(store: Store, am
         assert published.wait(180), "the publisher did not finish"
         assert wait_until(lambda: task_count(store, org) >= total, 180), task_count(store, org)
         time.sleep(1.0)  # any duplicate would arrive now
-        assert distinct_raw_ids(store, org) == {f"raw{n}" for n in range(total)}
+        assert distinct_raw_ids(store, org) == as_uuids(f"raw{n}" for n in range(total))
         assert task_count(store, org) == total
     finally:
         scheduler.stop()
@@ -225,7 +232,7 @@ def test_two_competing_consumers_share_the_work_without_duplicates(store: Store,
             publisher.publish_event(org, raw_event(f"raw{n % 300}"))  # 100 events arrive twice
         assert wait_until(lambda: first.events_handled + second.events_handled == 400, 60)
         assert first.events_handled > 0 and second.events_handled > 0, "one consumer did all the work"
-        assert distinct_raw_ids(store, org) == {f"raw{n}" for n in range(300)}
+        assert distinct_raw_ids(store, org) == as_uuids(f"raw{n}" for n in range(300))
     finally:
         for scheduler in (first, second):
             scheduler.stop()
@@ -350,3 +357,67 @@ def test_director_driven_entirely_through_rabbitmq(store: Store, amqp_url: str) 
         for service in reversed(services):
             service.stop()
         publisher.close()
+
+
+def test_openkats_own_queues_are_routed_to_the_schedulers(store: Store, amqp_url: str) -> None:
+    """Octopoes and Bytes publish to `scan_profile_mutations` and `raw_file_received` (one queue each
+    for all organisations); the router puts each message in its scheduler's inbox, creating an
+    organisation it has not seen, and dead-letters what it cannot read."""
+    from baton.ingest.events import DatabaseInbox
+    from baton.ingest.rabbitmq import OpenKatEventRouter
+    from baton.ingest.schedulers import BoefjeScheduler
+    from baton.storage.plugins import seed_plugins as seed
+
+    with store.session() as session:
+        if not session.get(Plugin, "dns-records"):
+            seed(session, [{"id": "dns-records", "type": "boefje", "name": "DNS", "consumes": ["Hostname"]}])
+        if not session.get(Plugin, "norm-a"):
+            seed(session, [spec.model_dump() for spec in NORMALIZERS])
+    org = f"kat{uuid.uuid4().hex[:8]}"  # unknown to Baton until its first message
+    publisher = Publisher(amqp_url)
+    reference = "Hostname|internet|example.com"
+    publisher.publish(
+        "scan_profile_mutations",
+        {
+            "operation": "create",
+            "primary_key": reference,
+            "value": {
+                "primary_key": reference,
+                "object_type": "Hostname",
+                "scan_profile": {"scan_profile_type": "declared", "reference": reference, "level": 1, "user_id": None},
+            },
+            "client_id": org,
+        },
+    )
+    boefje_meta = {
+        "id": str(uuid.uuid4()),
+        "boefje": {"id": "dns-records"},
+        "input_ooi": reference,
+        "arguments": {},
+        "organization": org,
+        "started_at": "2026-01-01T10:00:00Z",
+        "ended_at": "2026-01-01T10:00:01Z",
+    }
+    raw = {"id": str(uuid.uuid4()), "boefje_meta": boefje_meta, "mime_types": [{"value": "text/a"}]}
+    publisher.publish("raw_file_received", {"created_at": "2026-01-01T10:00:02Z", "organization": org, "raw_data": raw})
+    publisher.publish("raw_file_received", {"organization": org, "raw_data": {"id": "not-a-uuid"}})
+    publisher.close()
+    router = OpenKatEventRouter(amqp_url, store, auto_organisations=True, maxsize=0)
+    router.start_in_background()
+    try:
+        assert wait_until(lambda: router.routed >= 2, 30)
+    finally:
+        router.stop()
+    assert dead_letters(amqp_url, "raw_file_received"), "the malformed message was dead-lettered"
+    config = Settings(database_url=store.url)
+    for kind in (BoefjeScheduler, NormalizerScheduler):
+        spec = SchedulerSpec(org, kind.type)
+        context = SchedulerContext(store, config, "test", "here", source_factory=lambda spec: DatabaseInbox(spec.id))
+        scheduler = kind(spec, context)
+        scheduler.setup()
+        assert scheduler.tick() == 1
+        scheduler.teardown()
+    with store.session() as session:
+        made = session.scalars(select(Task).where(Task.organisation == org).order_by(Task.type)).all()
+        assert [task.type for task in made] == ["boefje", "normalizer"]
+        assert made[0].data["input_ooi"] == reference and made[1].data["raw_data"]["id"] == raw["id"]

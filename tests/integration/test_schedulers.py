@@ -10,7 +10,7 @@ import pytest
 from baton.core.model import SchedulerSpec, SchedulerType, TaskStatus
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
-from baton.ingest.events import InProcessSource
+from baton.ingest.events import InProcessSource, as_uuid
 from baton.ingest.schedulers import (
     BoefjeScheduler,
     NormalizerScheduler,
@@ -21,7 +21,8 @@ from baton.ingest.schedulers import (
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
 from baton.storage.plugins import seed_plugins, set_enabled_for_organisation
-from baton.storage.tables import ReportSchedule, Task
+from baton.storage.schedules import create_schedule
+from baton.storage.tables import Schedule, Task
 from tests import queue_api as queue
 
 PLUGINS = [
@@ -153,7 +154,7 @@ def test_normalizer_tasks_match_mime_types_and_redelivery_is_idempotent(org_stor
     scheduler.tick()
     tasks = queued(org_store, "normalizer-acme")
     pairs = sorted((task.data["normalizer"]["id"], task.data["raw_data"]["id"]) for task in tasks)
-    assert pairs == [("norm-dns", "raw-1"), ("norm-html", "raw-2")]
+    assert pairs == [("norm-dns", str(as_uuid("raw-1"))), ("norm-html", str(as_uuid("raw-2")))]
     with org_store.session() as session:
         queue.pop(session, scheduler_id="normalizer-acme", limit=2)
     source.put(raw_file("raw-1", "boefje/dns"))  # the same event again, after its task was popped
@@ -190,15 +191,20 @@ def test_full_queue_defers_events_until_there_is_room(org_store: Store) -> None:
     with org_store.session() as session:
         for task in queue.list_tasks(session, scheduler_id="normalizer-acme", limit=100)[1]:
             raw_ids.add(task.data["raw_data"]["id"])
-    assert raw_ids == {f"raw-{n}" for n in range(7)}
+    assert raw_ids == {str(as_uuid(f"raw-{n}")) for n in range(7)}
 
 
-def add_schedule(store: Store, cron: str, next_run_at: datetime) -> ReportSchedule:
+def add_schedule(store: Store, cron: str, next_run_at: datetime) -> Schedule:
     with store.session() as session:
-        schedule = ReportSchedule(organisation="acme", cron=cron, data={"recipe": "r"}, next_run_at=next_run_at)
-        session.add(schedule)
-        session.flush()
-        return schedule
+        return create_schedule(
+            session,
+            scheduler_id="report",
+            organisation="acme",
+            data={"report_recipe_id": "r", "organisation_id": "acme"},
+            schedule=cron,
+            deadline_at=next_run_at,
+            schedule_hash=None,
+        )
 
 
 def test_report_schedule_fires_when_due_and_catches_up_missed_runs_once(org_store: Store) -> None:
@@ -211,13 +217,16 @@ def test_report_schedule_fires_when_due_and_catches_up_missed_runs_once(org_stor
     assert scheduler.tick() == 0
     tasks = queued(org_store, "report-acme")
     assert len(tasks) == 1 and tasks[0].schedule_id == str(schedule.id)
+    assert tasks[0].data == {"organisation_id": "acme", "report_recipe_id": "r"}  # OpenKAT's report job
     with org_store.session() as session:
-        refreshed = session.get(ReportSchedule, schedule.id)
+        refreshed = session.get(Schedule, schedule.id)
         assert refreshed is not None
-        assert refreshed.next_run_at == datetime(2026, 1, 5, 18, 0, tzinfo=UTC)
+        assert refreshed.deadline_at == datetime(2026, 1, 5, 18, 0, tzinfo=UTC)
     clock.now = datetime(2026, 1, 5, 18, 0, 1, tzinfo=UTC)
     assert scheduler.tick() == 1
-    assert len(queued(org_store, "report-acme")) == 2
+    # The same recipe for the same organisation is the same work (OpenKAT's hash): while the first
+    # report task still waits, the next run does not queue a second one.
+    assert len(queued(org_store, "report-acme")) == 1
 
 
 def test_disabled_report_schedule_does_not_fire(org_store: Store) -> None:
@@ -225,7 +234,7 @@ def test_disabled_report_schedule_does_not_fire(org_store: Store) -> None:
     scheduler = make(ReportScheduler, org_store, clock)
     schedule = add_schedule(org_store, "* * * * *", clock.now - timedelta(minutes=1))
     with org_store.session() as session:
-        row = session.get(ReportSchedule, schedule.id)
+        row = session.get(Schedule, schedule.id)
         assert row is not None
         row.enabled = False
     assert scheduler.tick() == 0

@@ -22,7 +22,7 @@ from baton.ingest.catalogue import seed_catalogue
 from baton.ingest.schedulers import SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation, delete_organisation
-from baton.storage.tables import ReportSchedule
+from baton.storage.tables import Schedule
 from baton.storage.tables import Scheduler as SchedulerRow
 from baton.testing.waiting import wait_until
 
@@ -236,9 +236,9 @@ def test_events_become_tasks_in_six_queues(tmp_path: Path, runner: str) -> None:
                 )
                 schedule = client.post(f"/organisations/{org}/report-schedules", json={"cron": "* * * * *"}).json()
                 with store.session() as session:  # make the schedule due now instead of next minute
-                    row = session.get(ReportSchedule, uuid.UUID(schedule["id"]))
+                    row = session.get(Schedule, uuid.UUID(schedule["id"]))
                     assert row is not None
-                    row.next_run_at = utcnow()
+                    row.deadline_at = utcnow()
 
             def six_queues_filled() -> bool:
                 return all(queue["size"] == 1 for queue in client.get("/queues").json())

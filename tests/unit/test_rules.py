@@ -49,6 +49,7 @@ def test_backoff_doubles_to_its_cap_and_resets() -> None:
 
 def test_lifecycle() -> None:
     assert may_precede(TaskStatus.RUNNING) == {TaskStatus.DISPATCHED}
+    assert may_precede(TaskStatus.QUEUED) == {TaskStatus.DISPATCHED, TaskStatus.RUNNING}  # handed back
     check_transition(TaskStatus.DISPATCHED, TaskStatus.COMPLETED)
     with pytest.raises(InvalidTransitionError, match="'completed' to 'running'"):
         check_transition(TaskStatus.COMPLETED, TaskStatus.RUNNING)

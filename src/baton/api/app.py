@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import OperationalError
 
 from baton import __version__
-from baton.api import events, openkat, organisations, plugins, queues, reports, schedulers, security, tasks
+from baton.api import events, openkat, organisations, plugins, queues, reports, schedulers, schedules, security, tasks
 from baton.api.deps import MetricsDep, Responses, StoreDep
 from baton.api.errors import install_error_handlers
 from baton.api.middleware import RequestContextMiddleware
@@ -100,6 +100,7 @@ ROUTERS = (
     events.router,
     plugins.router,
     reports.router,
+    schedules.router,
 )
 
 

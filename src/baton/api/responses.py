@@ -12,6 +12,7 @@ from fastapi.responses import Response
 
 TASK_KEYS = (
     "id",
+    "queue",
     "scheduler_id",
     "schedule_id",
     "organisation",
@@ -29,10 +30,20 @@ OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 
 
 def task_document(record: dict[str, Any]) -> dict[str, Any]:
-    """Baton's task shape; `data` left as raw JSON text."""
-    document = {key: record[key] for key in TASK_KEYS}
+    """Baton's task shape (`/queues/...`): `scheduler_id` is the queue id; `data` left as raw JSON text."""
+    document = {key: record[key] for key in TASK_KEYS if key != "queue"}
+    document["queue"] = record["scheduler_id"]
     if isinstance(document["data"], str):
         document["data"] = orjson.Fragment(document["data"])
+    return document
+
+
+def openkat_task_document(record: dict[str, Any]) -> dict[str, Any]:
+    """OpenKAT's task shape (`/schedulers/...`, `/tasks/...`): `scheduler_id` is the scheduler OpenKAT
+    knows (the task type: boefje, normalizer, report), the organisation a field of its own; Baton's
+    queue id is in `queue`."""
+    document = task_document(record)
+    document["scheduler_id"] = record["type"]
     return document
 
 
@@ -41,6 +52,6 @@ def json_response(content: Any, status_code: int = 200, headers: dict[str, str] 
 
 
 def tasks_response(
-    records: Iterable[dict[str, Any]], shape: Callable[[dict[str, Any]], dict[str, Any]] = task_document
+    records: Iterable[dict[str, Any]], shape: Callable[[dict[str, Any]], dict[str, Any]] = openkat_task_document
 ) -> Response:
     return json_response({"results": [shape(record) for record in records]})

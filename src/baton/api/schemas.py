@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
@@ -17,6 +18,15 @@ MAX_LIST_LIMIT = 1000
 MAX_OFFSET = 2**31 - 1  # what either database accepts as OFFSET, with room to spare
 
 
+def _iso_only(value: object) -> object:
+    # pydantic reads "0.5" as a Unix timestamp; OpenKAT's clients send ISO dates: only those.
+    if isinstance(value, str) and not ISO_DATE.match(value):
+        raise ValueError("Input should be an ISO 8601 date or date-time, e.g. 2026-01-31 or 2026-01-31T08:00:00Z")
+    return value
+
+
+ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+Moment = Annotated[datetime | date, BeforeValidator(_iso_only)]
 Priority = Annotated[int, Field(ge=-(2**31), le=2**31 - 1, description="Lower pops first."), NOT_A_STRING]
 TaskHash = Annotated[str, Field(min_length=1, max_length=256, description="Dedup key within the queue.")]
 
@@ -150,9 +160,13 @@ class PopIn(StrictModel):
 
 
 class TaskOut(BaseModel):
+    """A task. On `/queues/...` `scheduler_id` is the queue id; on `/schedulers/...` and `/tasks/...`
+    it is OpenKAT's scheduler id, the task type. `queue` is always the queue id."""
+
     model_config = ConfigDict(from_attributes=True)
 
     id: uuid.UUID
+    queue: str
     scheduler_id: str
     schedule_id: str | None
     organisation: str
@@ -172,7 +186,11 @@ class TaskPatch(StrictModel):
 
 
 class TaskList(BaseModel):
+    """A page in OpenKAT's shape: `next` and `previous` are the URLs of the neighbouring pages."""
+
     count: int
+    next: str | None = None
+    previous: str | None = None
     results: list[TaskOut]
 
 

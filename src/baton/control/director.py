@@ -13,12 +13,12 @@ from datetime import timedelta
 
 from baton.control.leadership import LeaderElector, SingleProcessLeader
 from baton.control.runners import Runner
-from baton.control.supervision import BackgroundService
 from baton.core.heartbeat import is_stale
 from baton.core.identity import process_location
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec, utcnow
 from baton.core.settings import Settings
+from baton.core.supervision import BackgroundService
 from baton.storage.engine import Store
 from baton.storage.leaders import record_leadership
 from baton.storage.schedulers import all_specs, heartbeats

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pika.adapters.blocking_connection import BlockingChannel
 from pydantic import ValidationError
 
-from baton.control.supervision import BackgroundService, retry_until_stopped
 from baton.core.backoff import RECONNECT, fresh
 from baton.core.logging import get_logger
 from baton.core.settings import Settings
+from baton.core.supervision import BackgroundService, retry_until_stopped
 from baton.ingest.events import ORGANISATION_EVENT, OrganisationCreated, OrganisationDeleted
 from baton.ingest.rabbitmq import AMQP_ERRORS, ORGANISATIONS_QUEUE, close_quietly, connect, dead_letter, declare_queue
 from baton.storage.engine import Store

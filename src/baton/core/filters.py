@@ -29,8 +29,9 @@ ORDERING = frozenset({"lt", "le", "gt", "ge"})
 MEMBERSHIP = frozenset({"in", "not_in"})
 PATTERN = frozenset({"like", "ilike"})
 
-ColumnKind = Literal["text", "integer", "uuid", "timestamp"]
-COLUMN_KINDS: dict[str, ColumnKind] = {
+ColumnKind = Literal["text", "integer", "uuid", "timestamp", "boolean"]
+Columns = dict[str, "ColumnKind"]
+COLUMN_KINDS: Columns = {
     "id": "uuid",
     "scheduler_id": "text",
     "schedule_id": "text",
@@ -39,6 +40,18 @@ COLUMN_KINDS: dict[str, ColumnKind] = {
     "priority": "integer",
     "status": "text",
     "hash": "text",
+    "created_at": "timestamp",
+    "modified_at": "timestamp",
+}
+TASK_COLUMNS = COLUMN_KINDS
+SCHEDULE_COLUMNS: Columns = {
+    "id": "uuid",
+    "scheduler_id": "text",
+    "organisation": "text",
+    "hash": "text",
+    "enabled": "boolean",
+    "schedule": "text",
+    "deadline_at": "timestamp",
     "created_at": "timestamp",
     "modified_at": "timestamp",
 }
@@ -70,17 +83,22 @@ FilterTree = Condition | Group
 # -- parsing and validation ---------------------------------------------------------------------------
 
 
-def parse_filters(spec: Any, where: str = "filters") -> FilterTree:
-    """A filter spec (list, group or single filter) as a validated tree; FilterError if it is not one."""
+def parse_filters(spec: Any, where: str = "filters", columns: Columns = TASK_COLUMNS) -> FilterTree:
+    """A filter spec (list, group or single filter) as a validated tree; FilterError if it is not one.
+
+    `columns`: the columns the filter may name and what each holds (tasks by default; schedules for
+    OpenKAT's schedule search); `data` is always allowed, with a `field` path into it."""
     counter = [0]
-    return _parse(spec, where, 0, counter)
+    return _parse(spec, where, 0, counter, columns)
 
 
-def _parse(spec: Any, where: str, depth: int, counter: list[int]) -> FilterTree:
+def _parse(spec: Any, where: str, depth: int, counter: list[int], columns: Columns) -> FilterTree:
     if depth > MAX_DEPTH:
         raise FilterError(f"{where}: filters nest deeper than {MAX_DEPTH} levels")
     if isinstance(spec, list):
-        return Group("and", tuple(_parse(item, f"{where}[{i}]", depth + 1, counter) for i, item in enumerate(spec)))
+        return Group(
+            "and", tuple(_parse(item, f"{where}[{i}]", depth + 1, counter, columns) for i, item in enumerate(spec))
+        )
     if not isinstance(spec, dict):
         raise FilterError(f"{where}: a filter is an object or a list of filters, not {_json_type(spec)}")
     groups = [key for key in ("and", "or", "not") if key in spec]
@@ -91,15 +109,17 @@ def _parse(spec: Any, where: str, depth: int, counter: list[int]) -> FilterTree:
         members = spec[key]
         if not isinstance(members, list):
             raise FilterError(f"{where}.{key}: takes a list of filters, not {_json_type(members)}")
-        parsed = tuple(_parse(item, f"{where}.{key}[{i}]", depth + 1, counter) for i, item in enumerate(members))
+        parsed = tuple(
+            _parse(item, f"{where}.{key}[{i}]", depth + 1, counter, columns) for i, item in enumerate(members)
+        )
         return Group(key, parsed)  # type: ignore[arg-type]
     counter[0] += 1
     if counter[0] > MAX_CONDITIONS:
         raise FilterError(f"{where}: more than {MAX_CONDITIONS} conditions in one filter")
-    return _parse_condition(spec, where)
+    return _parse_condition(spec, where, columns)
 
 
-def _parse_condition(spec: dict[str, Any], where: str) -> Condition:
+def _parse_condition(spec: dict[str, Any], where: str, columns: Columns) -> Condition:
     unknown = set(spec) - {"column", "field", "operator", "value"}
     if unknown:
         raise FilterError(
@@ -107,8 +127,8 @@ def _parse_condition(spec: dict[str, Any], where: str) -> Condition:
             "field, operator, value (or is a group: and, or, not)"
         )
     column = spec.get("column")
-    if not isinstance(column, str) or (column != "data" and column not in COLUMN_KINDS):
-        raise FilterError(f"{where}.column: unknown column {column!r}; one of data, {', '.join(COLUMN_KINDS)}")
+    if not isinstance(column, str) or (column != "data" and column not in columns):
+        raise FilterError(f"{where}.column: unknown column {column!r}; one of data, {', '.join(columns)}")
     raw_operator = spec.get("operator", "eq")
     operator = OPERATOR_ALIASES.get(raw_operator, raw_operator) if isinstance(raw_operator, str) else None
     if operator not in OPERATORS:
@@ -124,7 +144,7 @@ def _parse_condition(spec: dict[str, Any], where: str) -> Condition:
         return Condition(column, path, operator, _data_value(operator, spec["value"], f"{where}.value"))
     if spec.get("field") is not None:
         raise FilterError(f"{where}.field: applies to column 'data' only, not '{column}'")
-    kind = COLUMN_KINDS[column]
+    kind = columns[column]
     return Condition(column, (), operator, _column_value(column, kind, operator, spec["value"], f"{where}.value"))
 
 
@@ -200,6 +220,10 @@ def _scalar(value: Any, where: str, what: str, allow_null: bool = True) -> Any:
 def _column_scalar(column: str, kind: ColumnKind, value: Any, where: str, what: str) -> Any:
     if kind == "integer":
         return _integer(value, where, what)
+    if kind == "boolean":
+        if not isinstance(value, bool):
+            raise FilterError(f"{where}: {what} takes true or false, not {_json_type(value)}")
+        return value
     text = _text(value, where, what)
     if kind == "uuid":
         try:
@@ -233,7 +257,7 @@ def _column_value(column: str, kind: ColumnKind, operator: str, value: Any, wher
     if operator in ("eq", "ne"):
         return None if value is None else _column_scalar(column, kind, value, where, what)
     if operator in ORDERING:
-        if kind == "uuid":
+        if kind in ("uuid", "boolean"):
             raise FilterError(f"{where}: column '{column}' cannot be ordered; use eq, ne, in or not_in")
         if value is None:
             raise FilterError(f"{where}: {what} compares with a value, not null")

@@ -5,13 +5,15 @@ from __future__ import annotations
 from baton.core.errors import InvalidTransitionError
 from baton.core.model import TaskStatus
 
-# Which status a task may move to from each status, through the API.
+# Which status a task may move to from each status, through the API. A runner may hand a task back
+# (dispatched or running -> queued): OpenKAT's runners do on shutdown, and for duplicates they
+# could not run.
 ALLOWED_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     TaskStatus.QUEUED: frozenset({TaskStatus.DISPATCHED, TaskStatus.CANCELLED}),
     TaskStatus.DISPATCHED: frozenset(
-        {TaskStatus.RUNNING, TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED}
+        {TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED}
     ),
-    TaskStatus.RUNNING: frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED}),
+    TaskStatus.RUNNING: frozenset({TaskStatus.QUEUED, TaskStatus.COMPLETED, TaskStatus.FAILED}),
     TaskStatus.COMPLETED: frozenset(),
     TaskStatus.FAILED: frozenset(),
     TaskStatus.CANCELLED: frozenset(),

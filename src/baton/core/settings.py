@@ -115,6 +115,11 @@ class Settings(BaseSettings):
     fairness: bool = Field(
         True, description="Pops across organisations serve the least-served organisation first among equals."
     )
+    auto_organisations: bool = Field(
+        True,
+        description="Create an organisation when OpenKAT's messages or dialect name one Baton does not know yet "
+        "(OpenKAT announces none).",
+    )
     auth: Literal["auto", "on", "off"] = Field(
         "auto", description="Bearer tokens: 'auto' requires them unless the API listens on loopback only."
     )

@@ -13,12 +13,16 @@ tests) and, in rabbitmq.py, RabbitMQ.
 from __future__ import annotations
 
 import queue as stdlib_queue
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 from sqlalchemy.orm import Session
 
+from baton.core.jobs import Boefje, BoefjeMeta, RawData
 from baton.core.model import OrganisationId, SchedulerType, scheduler_id_for, utcnow
 from baton.storage import inbox
 from baton.storage.tables import Event
@@ -46,7 +50,7 @@ class ScannedObject(EventModel):
 
 
 class ScanProfileMutation(EventModel):
-    """An object's scan level changed: boefjes that may now scan it get tasks."""
+    """An object's scan level changed: boefjes that may now scan it get tasks (Baton's shape)."""
 
     type: Literal["scan_profile_mutation"]
     operation: Literal["create", "update", "delete"] = "update"
@@ -54,29 +58,149 @@ class ScanProfileMutation(EventModel):
 
 
 class RawFile(EventModel):
-    id: str = Field(min_length=1, max_length=256)
+    id: str = Field(min_length=1, max_length=256, description="A UUID, or any id (then a UUID is derived).")
     mime_types: list[str] = Field(min_length=1, max_length=64)
     boefje_id: str | None = Field(None, max_length=128)
     input_ooi: str | None = Field(None, max_length=512)
 
 
 class RawFileReceived(EventModel):
-    """A boefje produced a raw file: normalizers that read its mime types get tasks."""
+    """A boefje produced a raw file: normalizers that read its mime types get tasks (Baton's shape)."""
 
     type: Literal["raw_file_received"]
     raw_file: RawFile
 
 
-SchedulerEvent = Annotated[ScanProfileMutation | RawFileReceived, Field(discriminator="type")]
-EVENT_ADAPTER: TypeAdapter[ScanProfileMutation | RawFileReceived] = TypeAdapter(SchedulerEvent)
-CONSUMER_OF: dict[str, SchedulerType] = {
-    "scan_profile_mutation": SchedulerType.BOEFJE,
-    "raw_file_received": SchedulerType.NORMALIZER,
+# -- OpenKAT's own messages, as its services publish them ------------------------------------------------
+
+
+class KatEventModel(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class KatScanProfile(KatEventModel):
+    level: ScanLevel
+    reference: str = Field(max_length=512)
+    scan_profile_type: str | None = None
+
+
+class KatObject(KatEventModel):
+    primary_key: str = Field(min_length=1, max_length=512)
+    object_type: str = Field(min_length=1, max_length=128)
+    scan_profile: KatScanProfile
+
+
+class KatScanProfileMutation(KatEventModel):
+    """Octopoes' message on `scan_profile_mutations`: `value` is null for a delete."""
+
+    operation: Literal["create", "update", "delete"]
+    primary_key: str = Field(min_length=1, max_length=512)
+    value: KatObject | None
+    client_id: str = Field(min_length=1, max_length=64, description="The organisation.")
+
+
+class KatRawDataReceived(KatEventModel):
+    """Bytes' message on `raw_file_received`: the whole raw file with the boefje job that made it."""
+
+    created_at: datetime
+    organization: str = Field(min_length=1, max_length=64)
+    raw_data: RawData
+
+
+BatonEvent = Annotated[ScanProfileMutation | RawFileReceived, Field(discriminator="type")]
+SchedulerEvent = BatonEvent | KatScanProfileMutation | KatRawDataReceived
+AnyEvent = ScanProfileMutation | RawFileReceived | KatScanProfileMutation | KatRawDataReceived
+EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(SchedulerEvent)
+CONSUMER_OF: dict[type[BaseModel], SchedulerType] = {
+    ScanProfileMutation: SchedulerType.BOEFJE,
+    KatScanProfileMutation: SchedulerType.BOEFJE,
+    RawFileReceived: SchedulerType.NORMALIZER,
+    KatRawDataReceived: SchedulerType.NORMALIZER,
+}
+EVENT_KIND: dict[type[BaseModel], str] = {
+    ScanProfileMutation: "scan_profile_mutation",
+    KatScanProfileMutation: "scan_profile_mutation",
+    RawFileReceived: "raw_file_received",
+    KatRawDataReceived: "raw_file_received",
 }
 
 
-def target_scheduler(event: ScanProfileMutation | RawFileReceived, organisation: str) -> str:
-    return scheduler_id_for(CONSUMER_OF[event.type], organisation)
+def parse_event(payload: Any) -> AnyEvent:
+    """An event in any of the accepted shapes (Baton's, with `type`; OpenKAT's, without)."""
+    if isinstance(payload, dict) and "type" not in payload:
+        if "raw_data" in payload:
+            return KatRawDataReceived.model_validate(payload)
+        if "primary_key" in payload:
+            return KatScanProfileMutation.model_validate(payload)
+    return EVENT_ADAPTER.validate_python(payload)
+
+
+def consumer_of(event: AnyEvent) -> SchedulerType:
+    return CONSUMER_OF[type(event)]
+
+
+def target_scheduler(event: AnyEvent, organisation: str) -> str:
+    return scheduler_id_for(consumer_of(event), organisation)
+
+
+def event_organisation(event: AnyEvent) -> str | None:
+    """The organisation an OpenKAT message names (Baton's events take it from their queue or path)."""
+    if isinstance(event, KatScanProfileMutation):
+        return event.client_id
+    if isinstance(event, KatRawDataReceived):
+        return event.organization
+    return None
+
+
+@dataclass(frozen=True)
+class ObjectScanLevel:
+    """What a boefje scheduler needs from a scan-profile event, whatever its shape."""
+
+    operation: str
+    primary_key: str
+    object_type: str | None
+    scan_level: int | None
+
+
+def object_scan_level(event: ScanProfileMutation | KatScanProfileMutation) -> ObjectScanLevel:
+    if isinstance(event, ScanProfileMutation):
+        obj = event.object
+        return ObjectScanLevel(event.operation, obj.primary_key, obj.object_type, obj.scan_level)
+    if event.value is None:
+        return ObjectScanLevel(event.operation, event.primary_key, None, None)
+    return ObjectScanLevel(
+        event.operation, event.value.primary_key, event.value.object_type, event.value.scan_profile.level
+    )
+
+
+RAW_ID_NAMESPACE = uuid.UUID("6f0d7a3e-7d55-4c3e-9a0b-1f0e6c1b2a40")
+
+
+def as_uuid(value: str) -> uuid.UUID:
+    """The id if it is a UUID, else a UUID derived from it (the same id always gives the same UUID)."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return uuid.uuid5(RAW_ID_NAMESPACE, value)
+
+
+def raw_data_of(event: RawFileReceived | KatRawDataReceived, organisation: str, now: datetime) -> RawData:
+    """The raw file as OpenKAT describes it. Baton's shorter event gets a boefje job made up from
+    what it says (a stable id from the raw file's id), so normalizer runners can still run it."""
+    if isinstance(event, KatRawDataReceived):
+        return event.raw_data
+    raw = event.raw_file
+    raw_id = as_uuid(raw.id)
+    meta = BoefjeMeta(
+        id=uuid.uuid5(RAW_ID_NAMESPACE, f"boefje-meta:{raw_id}"),
+        boefje=Boefje(id=raw.boefje_id or "unknown"),
+        input_ooi=raw.input_ooi,
+        arguments={},
+        organization=organisation,
+        started_at=now,
+        ended_at=now,
+    )
+    return RawData(id=raw_id, boefje_meta=meta, mime_types=[{"value": mime} for mime in raw.mime_types])
 
 
 # -- organisation events (consumed by directors and workers) ---------------------------------------------
@@ -132,8 +256,8 @@ class EventSource(Protocol):
 # -- the database inbox ----------------------------------------------------------------------------
 
 
-def enqueue_event(session: Session, scheduler_id: str, event: ScanProfileMutation | RawFileReceived) -> Event:
-    return inbox.enqueue_event(session, scheduler_id, event.type, event.model_dump(mode="json"))
+def enqueue_event(session: Session, scheduler_id: str, event: AnyEvent) -> Event:
+    return inbox.enqueue_event(session, scheduler_id, EVENT_KIND[type(event)], event.model_dump(mode="json"))
 
 
 class InboxDelivery:

@@ -23,20 +23,29 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic, BasicProperties
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from baton.core.backoff import RECONNECT, fresh
 from baton.core.diagnosis import reason
-from baton.core.errors import ConfigurationError
+from baton.core.errors import ConfigurationError, UnprocessableError
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerType
+from baton.core.supervision import BackgroundService, retry_until_stopped
 from baton.ingest.events import (
-    CONSUMER_OF,
     OrganisationCreated,
     OrganisationDeleted,
     RawFileReceived,
     ScanProfileMutation,
+    consumer_of,
+    enqueue_event,
+    event_organisation,
+    parse_event,
+    target_scheduler,
 )
+from baton.storage.engine import Store
+from baton.storage.organisations import ensure_organisation
+from baton.storage.tables import Scheduler
 
 log = get_logger("baton.messaging")
 
@@ -149,7 +158,7 @@ class Publisher:
                 time.sleep(delay)
 
     def publish_event(self, organisation: str, event: ScanProfileMutation | RawFileReceived) -> None:
-        self.publish(event_queue(organisation, CONSUMER_OF[event.type]), event.model_dump(mode="json"))
+        self.publish(event_queue(organisation, consumer_of(event)), event.model_dump(mode="json"))
 
     def publish_organisation(self, event: OrganisationCreated | OrganisationDeleted) -> None:
         self.publish(ORGANISATIONS_QUEUE, event.model_dump(mode="json", exclude_none=True))
@@ -260,3 +269,82 @@ class RabbitMQSource:
         except AMQP_ERRORS:
             pass
         self._drop()
+
+
+# -- OpenKAT's own queues: routed into the schedulers' inboxes ---------------------------------------------
+
+OPENKAT_QUEUES = ("scan_profile_mutations", "raw_file_received")
+
+
+class OpenKatEventRouter(BackgroundService):
+    """Consumes the queues OpenKAT's services publish to (`scan_profile_mutations` from Octopoes,
+    `raw_file_received` from Bytes; one queue each for every organisation) and puts each message in
+    the inbox of the scheduler it concerns, in one transaction, before acking it. Competing routers
+    (one per director or worker) share the work; a redelivery after a crash is harmless (the
+    schedulers' processing is idempotent). A malformed message, or one for an unknown organisation
+    while BATON_AUTO_ORGANISATIONS is off, goes to the dead-letter queue."""
+
+    thread_name = "openkat-event-router"
+
+    def __init__(self, url: str, store: Store, auto_organisations: bool, maxsize: int, prefetch: int = 100) -> None:
+        super().__init__()
+        self.url = url
+        self.store = store
+        self.auto_organisations = auto_organisations
+        self.maxsize = maxsize
+        self.prefetch = prefetch
+        self.routed = 0
+
+    def run(self) -> None:
+        retry_until_stopped(self._stop, self._consume, fresh(RECONNECT), AMQP_ERRORS, "event router lost the broker")
+
+    def _consume(self) -> None:
+        connection = connect(self.url)
+        try:
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.basic_qos(prefetch_count=self.prefetch)
+            for name in OPENKAT_QUEUES:
+                declare_queue(channel, name)
+                channel.basic_consume(name, self._on_message(channel, name))
+            log.info("routing OpenKAT events", queues=list(OPENKAT_QUEUES))
+            while not self.stopping:
+                connection.process_data_events(time_limit=0.5)
+        finally:
+            close_quietly(connection)
+
+    def _on_message(self, channel: BlockingChannel, queue_name: str) -> Any:
+        def handle(_channel: Any, method: Basic.Deliver, _properties: BasicProperties, body: bytes) -> None:
+            self.route(channel, queue_name, method.delivery_tag, body)
+
+        return handle
+
+    def route(self, channel: BlockingChannel, queue_name: str, tag: int, body: bytes) -> None:
+        try:
+            event = parse_event(json.loads(body))
+            organisation = event_organisation(event)
+            if organisation is None:
+                raise ValueError("the message names no organisation (client_id or organization)")
+        except (ValueError, ValidationError) as exc:  # json and pydantic errors are ValueErrors too
+            dead_letter(channel, body, queue_name, f"malformed: {exc}")
+            channel.basic_ack(tag)
+            return
+        try:
+            with self.store.session() as session:
+                if self.auto_organisations:
+                    ensure_organisation(session, organisation, self.maxsize)
+                scheduler_id = target_scheduler(event, organisation)
+                if session.get(Scheduler, scheduler_id) is None:
+                    raise UnprocessableError(f"unknown organisation '{organisation}' (BATON_AUTO_ORGANISATIONS is off)")
+                enqueue_event(session, scheduler_id, event)
+        except UnprocessableError as exc:
+            dead_letter(channel, body, queue_name, str(exc))
+            channel.basic_ack(tag)
+            return
+        except Exception as exc:  # database down etc.: give the message back, retry later
+            log.warning("could not route an OpenKAT event; requeued", error=repr(exc))
+            channel.basic_nack(tag, requeue=True)
+            self._stop.wait(1.0)
+            return
+        channel.basic_ack(tag)
+        self.routed += 1

@@ -6,9 +6,9 @@ a `SchedulerContext` (store, settings, where it runs, where its events come from
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,24 +22,45 @@ from sqlalchemy.orm import Session
 
 from baton.core.cron import next_cron_run
 from baton.core.errors import NotFoundError, QueueDisabledError, QueueFullError, UnprocessableError
+from baton.core.filters import Condition
+from baton.core.jobs import (
+    JOB_MODELS,
+    Job,
+    Normalizer,
+    NormalizerJob,
+    ReportJob,
+    boefje_job,
+    carries_its_task_id,
+    job_document,
+    job_hash,
+)
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, TaskStatus, utcnow
 from baton.core.settings import Settings
 from baton.ingest.catalogue import DatabaseCatalogue, PluginCatalogue
 from baton.ingest.events import (
-    EVENT_ADAPTER,
+    EVENT_KIND,
+    AnyEvent,
     DatabaseInbox,
     Delivery,
     EventSource,
+    KatRawDataReceived,
+    KatScanProfileMutation,
     RawFileReceived,
     ScanProfileMutation,
+    event_organisation,
+    object_scan_level,
+    parse_event,
+    raw_data_of,
 )
 from baton.storage import queues
-from baton.storage.engine import Store, insert_for
+from baton.storage.engine import Store, insert_for, on_postgresql
+from baton.storage.filters import compile_tree
 from baton.storage.queues import PushRequest
-from baton.storage.reports import claim_due
 from baton.storage.schedulers import record_heartbeat
-from baton.storage.tables import BoefjeRun, ReportSchedule, Task
+from baton.storage.schedules import claim_due
+from baton.storage.tables import BoefjeRun, Task
+from baton.storage.tables import Schedule as ScheduleRow
 
 log = get_logger("baton.schedulers")
 
@@ -57,10 +78,6 @@ class SchedulerContext:
     source_factory: Callable[[SchedulerSpec], EventSource | None] = default_source
     catalogue: PluginCatalogue = field(default_factory=DatabaseCatalogue)
     clock: Callable[[], datetime] = utcnow
-
-
-def task_hash(*parts: str) -> str:
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
 class Scheduler(ABC):
@@ -201,7 +218,7 @@ class EventDrivenScheduler(Scheduler):
     def _handle_delivery(self, session: Session, delivery: Delivery) -> bool:
         """Handle one event in a savepoint. False: the queue is full, stop this batch."""
         try:
-            event = EVENT_ADAPTER.validate_python(delivery.payload)
+            event = parse_event(delivery.payload)
         except ValidationError as exc:
             self._reject(session, delivery, f"malformed event: {exc.errors(include_url=False)}")
             return True
@@ -226,8 +243,15 @@ class EventDrivenScheduler(Scheduler):
             row.error = reason
 
     @abstractmethod
-    def handle(self, session: Session, event: ScanProfileMutation | RawFileReceived) -> list[dict[str, object]]:
+    def handle(self, session: Session, event: AnyEvent) -> list[dict[str, object]]:
         """Create the tasks one event calls for."""
+
+    def check_organisation(self, event: AnyEvent) -> None:
+        named = event_organisation(event)
+        if named is not None and named != self.spec.organisation:
+            raise UnprocessableError(
+                f"event for organisation '{named}' reached the scheduler of '{self.spec.organisation}'"
+            )
 
 
 def rank_boefje_task(previous_run: datetime | None, now: datetime) -> int:
@@ -238,33 +262,76 @@ def rank_boefje_task(previous_run: datetime | None, now: datetime) -> int:
     return 2 + max(0, 167 - hours_since)
 
 
+def fire_due_schedules(scheduler: Scheduler, session: Session, now: datetime) -> int:
+    """Turn the scheduler's due schedules into tasks. A cron schedule's next deadline is counted from
+    `now`, not from the missed slot: however many runs were missed, one task catches up."""
+    due = claim_due(session, scheduler.type.value, scheduler.spec.organisation, now, scheduler.batch_size)
+    for schedule in due:
+        task_id = uuid.uuid4()
+        job = scheduled_job(scheduler.type, schedule, task_id)
+        request = PushRequest(
+            queue=scheduler.id,
+            priority=1,
+            data=job_document(job),
+            hash=job_hash(job),
+            schedule_id=str(schedule.id),
+            task_id=task_id,
+        )
+        queues.push(session, request, utcnow())
+        schedule.last_run_at = now
+        schedule.deadline_at = next_cron_run(schedule.schedule, now) if schedule.schedule else None
+    return len(due)
+
+
+def scheduled_job(kind: SchedulerType, schedule: ScheduleRow, task_id: uuid.UUID) -> Job:
+    data = dict(schedule.data)
+    if kind is SchedulerType.REPORT:
+        data.setdefault("report_recipe_id", str(schedule.id))
+        data["organisation_id"] = schedule.organisation
+        return ReportJob.model_validate(data)
+    model = JOB_MODELS[kind]
+    job = model.model_validate(data)
+    if carries_its_task_id(kind):
+        job.id = task_id  # type: ignore[attr-defined]
+    return job
+
+
 class BoefjeScheduler(EventDrivenScheduler):
+    """Scan-profile events (and due boefje schedules) become boefje jobs, one per enabled boefje that
+    may scan the object, unless that (boefje, object) ran within the grace period."""
+
     type = SchedulerType.BOEFJE
 
-    def handle(self, session: Session, event: ScanProfileMutation | RawFileReceived) -> list[dict[str, object]]:
-        if not isinstance(event, ScanProfileMutation):
-            raise UnprocessableError(f"boefje scheduler cannot handle '{event.type}' events")
-        if event.operation == "delete":
+    def tick(self) -> int:
+        handled = super().tick()
+        with self.store.session() as session:
+            return handled + fire_due_schedules(self, session, self.context.clock())
+
+    def handle(self, session: Session, event: AnyEvent) -> list[dict[str, object]]:
+        if not isinstance(event, ScanProfileMutation | KatScanProfileMutation):
+            raise UnprocessableError(f"boefje scheduler cannot handle '{EVENT_KIND[type(event)]}' events")
+        self.check_organisation(event)
+        change = object_scan_level(event)
+        if change.operation == "delete" or change.object_type is None or change.scan_level is None:
             return []
-        obj = event.object
         now = self.context.clock()
+        organisation = self.spec.organisation
         created: list[dict[str, object]] = []
-        boefjes = self.context.catalogue.boefjes_for(session, self.spec.organisation, obj.object_type, obj.scan_level)
-        for boefje in boefjes:
-            previous = session.get(BoefjeRun, (self.spec.organisation, boefje.id, obj.primary_key))
+        for boefje in self.context.catalogue.boefjes_for(session, organisation, change.object_type, change.scan_level):
+            previous = session.get(BoefjeRun, (organisation, boefje.id, change.primary_key))
             previous_run = previous.queued_at if previous else None
-            if not claim_boefje_run(session, self.spec.organisation, boefje.id, obj.primary_key, now, self.grace):
+            if not claim_boefje_run(session, organisation, boefje.id, change.primary_key, now, self.grace):
                 continue
+            task_id = uuid.uuid4()
+            job = boefje_job(
+                task_id, boefje.id, boefje.name, boefje.version, boefje.oci_image, change.primary_key, organisation
+            )
             request = PushRequest(
                 queue=self.id,
                 priority=rank_boefje_task(previous_run, now),
-                data={
-                    "boefje": {"id": boefje.id, "name": boefje.name},
-                    "input_ooi": obj.primary_key,
-                    "object_type": obj.object_type,
-                    "organization": self.spec.organisation,
-                },
-                hash=task_hash(boefje.id, obj.primary_key, self.spec.organisation),
+                data=job_document(job),
+                hash=job_hash(job),
+                task_id=task_id,
             )
             created.append(queues.push(session, request, utcnow()).task)
         return created
@@ -295,33 +362,40 @@ def claim_boefje_run(
 
 
 class NormalizerScheduler(EventDrivenScheduler):
+    """Raw-file events become normalizer jobs, one per enabled normalizer that reads one of the file's
+    mime types; the job carries the whole raw file with the boefje job that produced it."""
+
     type = SchedulerType.NORMALIZER
 
-    def handle(self, session: Session, event: ScanProfileMutation | RawFileReceived) -> list[dict[str, object]]:
-        if not isinstance(event, RawFileReceived):
-            raise UnprocessableError(f"normalizer scheduler cannot handle '{event.type}' events")
-        raw = event.raw_file
+    def handle(self, session: Session, event: AnyEvent) -> list[dict[str, object]]:
+        if not isinstance(event, RawFileReceived | KatRawDataReceived):
+            raise UnprocessableError(f"normalizer scheduler cannot handle '{EVENT_KIND[type(event)]}' events")
+        self.check_organisation(event)
+        raw = raw_data_of(event, self.spec.organisation, self.context.clock())
+        mime_types = [mime["value"] for mime in raw.mime_types if mime.get("value")]
+        if any(mime.startswith("error/") for mime in mime_types):
+            return []  # the boefje failed: nothing to normalise (as OpenKAT does)
         created: list[dict[str, object]] = []
-        for normalizer in self.context.catalogue.normalizers_for(session, self.spec.organisation, raw.mime_types):
-            digest = task_hash(normalizer.id, raw.id, self.spec.organisation)
-            if already_handled(session, self.id, digest):
-                continue  # a redelivered event: its task exists already
-            request = PushRequest(
-                queue=self.id,
-                priority=1,
-                data={
-                    "normalizer": {"id": normalizer.id, "name": normalizer.name},
-                    "raw_data": raw.model_dump(mode="json"),
-                    "organization": self.spec.organisation,
-                },
-                hash=digest,
+        for plugin in self.context.catalogue.normalizers_for(session, self.spec.organisation, mime_types):
+            task_id = uuid.uuid4()
+            job = NormalizerJob(
+                id=task_id,
+                normalizer=Normalizer(id=plugin.id, name=plugin.name, version=plugin.version),
+                raw_data=raw,
             )
+            digest = job_hash(job)
+            if already_handled(session, self.id, digest, str(raw.id)):
+                continue  # a redelivered event: its task exists already
+            request = PushRequest(queue=self.id, priority=1, data=job_document(job), hash=digest, task_id=task_id)
             created.append(queues.push(session, request, utcnow()).task)
         return created
 
 
-def already_handled(session: Session, scheduler_id: str, digest: str) -> bool:
-    """A task with this hash exists that is not failed or cancelled (those may be retried)."""
+def already_handled(session: Session, scheduler_id: str, digest: str, raw_id: str) -> bool:
+    """A task for this normalizer and this raw file exists that is not failed or cancelled."""
+    same_file = compile_tree(
+        Condition("data", ("raw_data", "id"), "eq", raw_id), "postgresql" if on_postgresql(session) else "sqlite"
+    )
     return (
         session.scalar(
             select(Task.seq)
@@ -329,6 +403,7 @@ def already_handled(session: Session, scheduler_id: str, digest: str) -> bool:
                 Task.scheduler_id == scheduler_id,
                 Task.hash == digest,
                 Task.status.not_in([TaskStatus.FAILED.value, TaskStatus.CANCELLED.value]),
+                same_file,
             )
             .limit(1)
         )
@@ -337,36 +412,13 @@ def already_handled(session: Session, scheduler_id: str, digest: str) -> bool:
 
 
 class ReportScheduler(Scheduler):
-    """Turns due report schedules into report tasks. Missed runs are caught up once, not per miss."""
+    """Due report schedules become OpenKAT report jobs."""
 
     type = SchedulerType.REPORT
 
     def tick(self) -> int:
-        now = self.context.clock()
         with self.store.session() as session:
-            due = claim_due(session, self.spec.organisation, now, self.batch_size)
-            for schedule in due:
-                self._queue_report(session, schedule, now)
-            return len(due)
-
-    def _queue_report(self, session: Session, schedule: ReportSchedule, now: datetime) -> None:
-        due_at = schedule.next_run_at
-        request = PushRequest(
-            queue=self.id,
-            priority=1,
-            data={
-                "report": schedule.data,
-                "schedule_id": str(schedule.id),
-                "due_at": due_at.isoformat(),
-                "organization": self.spec.organisation,
-            },
-            hash=task_hash(str(schedule.id), due_at.isoformat()),
-            schedule_id=str(schedule.id),
-        )
-        queues.push(session, request, utcnow())
-        schedule.last_run_at = now
-        # From `now`, not from the missed slot: however many runs were missed, one task catches up.
-        schedule.next_run_at = next_cron_run(schedule.cron, now)
+            return fire_due_schedules(self, session, self.context.clock())
 
 
 SCHEDULER_CLASSES: dict[SchedulerType, type[Scheduler]] = {

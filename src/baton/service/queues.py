@@ -7,6 +7,7 @@ caps of organisations with `max_in_flight`, and the metrics every pop and push f
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Sequence
@@ -26,9 +27,11 @@ from baton.storage import queues as queue_rows
 from baton.storage import statements
 from baton.storage.engine import Store
 from baton.storage.executors import QueueExecutor
+from baton.storage.organisations import ensure_organisation
 from baton.storage.queues import PushRequest, PushResult
 from baton.storage.schedulers import get_scheduler, list_schedulers
 from baton.storage.statements import PopTarget
+from baton.storage.tasks import RECORD_COLUMNS, find_task
 
 CAPS_REFRESH_SECONDS = 2.0
 SCHEDULER_TYPES = frozenset(kind.value for kind in SchedulerType)
@@ -102,6 +105,26 @@ class QueueService:
 
     async def change_status(self, task_id: uuid.UUID, status: TaskStatus) -> dict[str, Any]:
         return await self.executor.change_status(task_id, status, utcnow())
+
+    async def ensure_organisation(self, organisation: str) -> bool:
+        """Create the organisation and its queues if missing; True when it exists afterwards."""
+
+        def work() -> bool:
+            with self.store.session() as session:
+                ensure_organisation(session, organisation, self.settings.queue_maxsize)
+            return True
+
+        return await asyncio.to_thread(work)
+
+    async def find(self, task_id: uuid.UUID) -> dict[str, Any] | None:
+        """One task as a record, or None (not on the hot path: a thread hop is fine)."""
+
+        def work() -> dict[str, Any] | None:
+            with self.store.session() as session:
+                row = find_task(session, task_id)
+                return None if row is None else {column: getattr(row, column) for column in RECORD_COLUMNS}
+
+        return await asyncio.to_thread(work)
 
     # -- reading queues ----------------------------------------------------------------------------
     def list_queues(self, session: Session) -> list[QueueView]:

@@ -169,7 +169,10 @@ class PostgresExecutor:
         return queues.push_result(rows[0] if rows else None, request)
 
     async def change_status(self, task_id: uuid.UUID, requested: TaskStatus, now: datetime) -> dict[str, Any]:
-        rows = await self._fetch(("change_status", requested.value), {"id_": task_id, "now_": now})
+        try:
+            rows = await self._fetch(("change_status", requested.value), {"id_": task_id, "now_": now})
+        except psycopg.errors.UniqueViolation as exc:
+            raise queues.twin_queued(task_id) from exc
         if rows:
             return rows[0]
         return await self._fallback.change_status(task_id, requested, now)  # says why: 404 or 409

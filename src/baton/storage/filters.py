@@ -5,6 +5,7 @@ either backend could not run."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -26,10 +27,20 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import InstrumentedAttribute
 
-from baton.core.filters import COLUMN_KINDS, ORDERING, PATTERN, FilterTree, Group, parse_filters
-from baton.storage.tables import Task
+from baton.core.filters import ORDERING, PATTERN, SCHEDULE_COLUMNS, TASK_COLUMNS, FilterTree, Group, parse_filters
+from baton.storage.tables import Schedule, Task
 
-COLUMNS: dict[str, InstrumentedAttribute[Any]] = {name: getattr(Task, name) for name in COLUMN_KINDS}
+
+@dataclass(frozen=True)
+class FilterTable:
+    """What a filter may name on one table: its columns, and its JSON `data` column."""
+
+    columns: dict[str, InstrumentedAttribute[Any]]
+    data: InstrumentedAttribute[Any]
+
+
+TASKS = FilterTable({name: getattr(Task, name) for name in TASK_COLUMNS}, Task.data)
+SCHEDULES = FilterTable({name: getattr(Schedule, name) for name in SCHEDULE_COLUMNS}, Schedule.data)
 
 
 def compile_filters(spec: Any, dialect: str) -> ColumnElement[bool] | None:
@@ -39,9 +50,10 @@ def compile_filters(spec: Any, dialect: str) -> ColumnElement[bool] | None:
     return compile_tree(parse_filters(spec), dialect)
 
 
-def compile_tree(tree: FilterTree, dialect: str) -> ColumnElement[bool]:
+def compile_tree(tree: FilterTree, dialect: str, table: FilterTable = TASKS) -> ColumnElement[bool]:
+    """SQL for a validated tree, on `table` (tasks by default)."""
     if isinstance(tree, Group):
-        parts = [compile_tree(member, dialect) for member in tree.members]
+        parts = [compile_tree(member, dialect, table) for member in tree.members]
         if tree.kind == "and":
             return and_(true(), *parts)
         if tree.kind == "or":
@@ -50,9 +62,9 @@ def compile_tree(tree: FilterTree, dialect: str) -> ColumnElement[bool]:
         return not_(func.coalesce(and_(true(), *parts), false()))
     if tree.column == "data":
         if dialect == "postgresql":
-            return _postgres_data(list(tree.path), tree.operator, tree.value)
-        return _sqlite_data(list(tree.path), tree.operator, tree.value)
-    return _compile_column(tree.column, tree.operator, tree.value)
+            return _postgres_data(table.data, list(tree.path), tree.operator, tree.value)
+        return _sqlite_data(table.data, list(tree.path), tree.operator, tree.value)
+    return _compile_column(table.columns[tree.column], tree.operator, tree.value)
 
 
 def _comparison(target: Any, operator: str, value: Any, convert: Callable[[Any], Any]) -> ColumnElement[bool]:
@@ -81,25 +93,27 @@ def _same(value: Any) -> Any:
     return value
 
 
-def _compile_column(column: str, operator: str, value: Any) -> ColumnElement[bool]:
-    target = COLUMNS[column]
+def _compile_column(target: Any, operator: str, value: Any) -> ColumnElement[bool]:
+    matched: ColumnElement[bool]
     if operator == "like":
-        return target.like(value)
-    if operator == "ilike":
-        return target.ilike(value)
-    if operator == "contains":
-        return target.like(f"%{_escape_like(value)}%", escape="\\")
-    return _comparison(target, operator, value, _same)
+        matched = target.like(value)
+    elif operator == "ilike":
+        matched = target.ilike(value)
+    elif operator == "contains":
+        matched = target.like(f"%{_escape_like(value)}%", escape="\\")
+    else:
+        matched = _comparison(target, operator, value, _same)
+    return matched
 
 
 # -- PostgreSQL: JSONB -------------------------------------------------------------------------------
 
 
-def _postgres_data(path: list[str], operator: str, value: Any) -> ColumnElement[bool]:
-    document: Any = type_coerce(Task.data, JSONB)  # JSONB operators (#>, #>>, @>), not generic JSON's
+def _postgres_data(data: Any, path: list[str], operator: str, value: Any) -> ColumnElement[bool]:
+    document: Any = type_coerce(data, JSONB)  # JSONB operators (#>, #>>, @>), not generic JSON's
     node: Any = document[tuple(path)] if path else document
     if operator in PATTERN:
-        text_value = node.astext if path else cast(Task.data, Text)
+        text_value = node.astext if path else cast(data, Text)
         matched: ColumnElement[bool] = text_value.like(value) if operator == "like" else text_value.ilike(value)
         return matched
     if operator == "contains":
@@ -126,22 +140,22 @@ def _json_path(path: list[str]) -> str:
     return "$" + "".join(f'."{part}"' for part in path)
 
 
-def _sqlite_data(path: list[str], operator: str, value: Any) -> ColumnElement[bool]:
+def _sqlite_data(data: Any, path: list[str], operator: str, value: Any) -> ColumnElement[bool]:
     json_path = _json_path(path)
-    extracted = func.json_extract(Task.data, json_path)
+    extracted = func.json_extract(data, json_path)
     if operator == "like":
         return _sqlite_case_sensitive_like(extracted, value)
     if operator == "ilike":
         return extracted.ilike(value)
     if operator == "contains":
-        return _sqlite_contains(json_path, value)
+        return _sqlite_contains(data, json_path, value)
     if value is None:
         is_null = extracted.is_(None)
         return is_null if operator == "eq" else not_(is_null)
     condition = _comparison(extracted, operator, value, _same)
     if operator in ORDERING:
         expected = "text" if isinstance(value, str) else ("real", "integer")
-        kind = func.json_type(Task.data, json_path)
+        kind = func.json_type(data, json_path)
         condition = and_(kind.in_(expected) if isinstance(expected, tuple) else kind == expected, condition)
     return condition
 
@@ -161,25 +175,25 @@ def _sqlite_case_sensitive_like(text_value: Any, pattern: str) -> ColumnElement[
     return text_value.op("GLOB")("".join(glob))  # type: ignore[no-any-return]
 
 
-def _sqlite_contains(json_path: str, value: Any) -> ColumnElement[bool]:
+def _sqlite_contains(data: Any, json_path: str, value: Any) -> ColumnElement[bool]:
     """JSON containment in the spirit of PostgreSQL's `@>`, for SQLite (values validated by the parser)."""
     if isinstance(value, dict):
         if not value:
-            return func.json_type(Task.data, json_path) == "object"
-        parts = [_sqlite_contains(f'{json_path}."{key}"', sub_value) for key, sub_value in value.items()]
-        return and_(func.json_type(Task.data, json_path) == "object", *parts)
+            return func.json_type(data, json_path) == "object"
+        parts = [_sqlite_contains(data, f'{json_path}."{key}"', sub_value) for key, sub_value in value.items()]
+        return and_(func.json_type(data, json_path) == "object", *parts)
     if isinstance(value, list):
         return and_(
-            func.json_type(Task.data, json_path) == "array",
-            *(_sqlite_array_has(json_path, item) for item in value),
+            func.json_type(data, json_path) == "array",
+            *(_sqlite_array_has(data, json_path, item) for item in value),
         )
-    scalar = func.json_extract(Task.data, json_path) == value
-    return or_(scalar, _sqlite_array_has(json_path, value))
+    scalar = func.json_extract(data, json_path) == value
+    return or_(scalar, _sqlite_array_has(data, json_path, value))
 
 
-def _sqlite_array_has(json_path: str, item: Any) -> ColumnElement[bool]:
-    each = func.json_each(Task.data, json_path).table_valued("value", "type")
+def _sqlite_array_has(data: Any, json_path: str, item: Any) -> ColumnElement[bool]:
+    each = func.json_each(data, json_path).table_valued("value", "type")
     return and_(
-        func.json_type(Task.data, json_path) == "array",
+        func.json_type(data, json_path) == "array",
         exists(select(literal(1)).select_from(each).where(each.c.value == item)),
     )

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from baton.core.errors import ConflictError, NotFoundError
 from baton.core.model import SchedulerState, SchedulerType, scheduler_id_for, utcnow
+from baton.storage.engine import insert_for
 from baton.storage.tables import Organisation, QueueCounter, Scheduler
 
 
@@ -70,3 +71,35 @@ def set_fair_share(
     if cap_given:
         org.max_in_flight = max_in_flight
     return org
+
+
+def ensure_organisation(session: Session, org_id: str, maxsize: int) -> bool:
+    """Create the organisation and its queues unless they exist (safe under concurrency: ON CONFLICT
+    DO NOTHING). True when this call created it."""
+    now = utcnow()
+    insert = insert_for(session)
+    created = session.execute(
+        insert(Organisation)
+        .values(id=org_id, name=org_id, created_at=now, weight=1)
+        .on_conflict_do_nothing(index_elements=[Organisation.id])
+        .returning(Organisation.id)
+    ).first()
+    session.execute(
+        insert(Scheduler)
+        .values(
+            [
+                {
+                    "id": scheduler_id_for(kind, org_id),
+                    "organisation": org_id,
+                    "type": kind.value,
+                    "maxsize": maxsize,
+                    "enabled": True,
+                    "state": SchedulerState.STOPPED.value,
+                    "created_at": now,
+                }
+                for kind in SchedulerType
+            ]
+        )
+        .on_conflict_do_nothing(index_elements=[Scheduler.id])
+    )
+    return created is not None

@@ -77,6 +77,10 @@ def id_conflict(exc: Exception, request: PushRequest) -> ConflictError:
     return ConflictError(f"task '{request.task_id}' already exists")
 
 
+def twin_queued(task_id: uuid.UUID) -> DuplicateTaskError:
+    return DuplicateTaskError(f"task '{task_id}' cannot be queued again: a task with its hash is queued already")
+
+
 def push_result(row: Any, request: PushRequest) -> PushResult:
     """Read the one-statement push's answer (PostgreSQL): see `statements.push_postgresql`."""
     if row is None:
@@ -155,7 +159,10 @@ def change_status(
     executable: Executable, task_id: uuid.UUID, requested: TaskStatus, now: datetime, raw_data: bool = False
 ) -> dict[str, Any]:
     """Move a task along its lifecycle; an illegal move raises InvalidTransitionError (409)."""
-    row = executable.execute(statements.change_status(requested, raw_data), {"id_": task_id, "now_": now}).first()
+    try:
+        row = executable.execute(statements.change_status(requested, raw_data), {"id_": task_id, "now_": now}).first()
+    except IntegrityError as exc:  # back to queued while a task with its hash is queued already
+        raise twin_queued(task_id) from exc
     if row is not None:
         return _mapping(row)
     current = executable.execute(statements.task_status(), {"id_": task_id}).scalar()

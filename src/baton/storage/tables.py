@@ -158,6 +158,8 @@ class Task(Base):
         Index("ix_tasks_scheduler_status", "scheduler_id", "status", "seq"),
         Index("ix_tasks_scheduler_hash", "scheduler_id", "hash"),
         Index("ix_tasks_status_modified", "status", "modified_at"),
+        Index("ix_tasks_modified", "modified_at"),
+        Index("ix_tasks_created", "created_at"),
         Index(
             "ix_tasks_recovered",
             "attempts",
@@ -249,17 +251,28 @@ class BoefjeRun(Base):
     queued_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
-class ReportSchedule(Base):
-    __tablename__ = "report_schedules"
+class Schedule(Base):
+    """When to create a task again: a cron expression (`schedule`) or a one-off `deadline_at`, with the
+    task's `data` (an OpenKAT job). OpenKAT's schedules; Baton's report schedules are these too."""
+
+    __tablename__ = "schedules"
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid(), primary_key=True, default=uuid.uuid4)
-    organisation: Mapped[str] = mapped_column(ForeignKey("organisations.id", ondelete="CASCADE"), index=True)
-    cron: Mapped[str] = mapped_column(String(128))
-    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    scheduler_id: Mapped[str] = mapped_column(String(16))  # the task type, as OpenKAT names it
+    organisation: Mapped[str] = mapped_column(ForeignKey("organisations.id", ondelete="CASCADE"))
+    hash: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSONData)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
-    next_run_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    schedule: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    deadline_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     last_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    modified_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    __table_args__ = (
+        Index("ix_schedules_due", "scheduler_id", "organisation", "deadline_at"),
+        Index("ix_schedules_created", "created_at"),
+    )
 
 
 class ApiToken(Base):

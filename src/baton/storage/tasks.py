@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
@@ -12,14 +13,40 @@ from sqlalchemy.orm import Session
 from baton.core.errors import NotFoundError
 from baton.core.model import TaskStatus, utcnow
 from baton.storage import statements
+from baton.storage.engine import on_postgresql
 from baton.storage.tables import Task
+
+# A task as the statements return it (RETURNING columns), for answers built from ORM rows too.
+RECORD_COLUMNS = (
+    "id",
+    "scheduler_id",
+    "schedule_id",
+    "organisation",
+    "type",
+    "priority",
+    "status",
+    "hash",
+    "data",
+    "attempts",
+    "reason",
+    "created_at",
+    "modified_at",
+)
+
+
+def find_task(session: Session, task_id: uuid.UUID) -> Task | None:
+    return session.scalars(select(Task).where(Task.id == task_id)).one_or_none()
 
 
 def get_task(session: Session, task_id: uuid.UUID) -> Task:
-    task = session.scalars(select(Task).where(Task.id == task_id)).one_or_none()
+    task = find_task(session, task_id)
     if task is None:
         raise NotFoundError(f"task '{task_id}' not found")
     return task
+
+
+def record(task: Task) -> dict[str, Any]:
+    return {column: getattr(task, column) for column in RECORD_COLUMNS}
 
 
 def list_tasks(
@@ -61,3 +88,23 @@ def requeue_stuck(session: Session, *, older_than: datetime, max_attempts: int, 
         task.reason = f"re-queued after status timeout (attempt {task.attempts})"
         requeued += 1
     return requeued, failed
+
+
+def hourly_counts(
+    session: Session, since: datetime, conditions: Sequence[ColumnElement[bool]] = ()
+) -> list[tuple[datetime, str, int]]:
+    """(hour, status, tasks) for tasks last modified since `since`, counted by the database."""
+    if on_postgresql(session):
+        hour: Any = func.date_trunc("hour", Task.modified_at)
+    else:
+        hour = func.strftime("%Y-%m-%d %H:00:00", Task.modified_at)
+    rows = session.execute(
+        select(hour.label("hour"), Task.status, func.count())
+        .where(Task.modified_at >= since, *conditions)
+        .group_by(hour, Task.status)
+    ).all()
+    counts = []
+    for bucket, status, number in rows:
+        moment = bucket if isinstance(bucket, datetime) else datetime.fromisoformat(bucket)
+        counts.append((moment if moment.tzinfo else moment.replace(tzinfo=UTC), status, int(number)))
+    return counts

@@ -1,0 +1,109 @@
+"""Schedules: when to create a task again (OpenKAT's schedules; report schedules are among them)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from baton.core.errors import ConflictError, NotFoundError
+from baton.core.model import utcnow
+from baton.storage.organisations import get_organisation
+
+__all__ = ["get_organisation"]
+from baton.storage.tables import Schedule
+
+
+def create_schedule(
+    session: Session,
+    *,
+    scheduler_id: str,
+    organisation: str,
+    data: dict[str, Any],
+    schedule: str | None,
+    deadline_at: datetime | None,
+    schedule_hash: str | None,
+    enabled: bool = True,
+) -> Schedule:
+    get_organisation(session, organisation)
+    if schedule_hash is not None and session.scalar(select(Schedule.id).where(Schedule.hash == schedule_hash)):
+        raise ConflictError(f"schedule with the same hash already exists: {schedule_hash}")
+    now = utcnow()
+    row = Schedule(
+        id=uuid.uuid4(),
+        scheduler_id=scheduler_id,
+        organisation=organisation,
+        hash=schedule_hash,
+        data=data,
+        enabled=enabled,
+        schedule=schedule,
+        deadline_at=deadline_at,
+        created_at=now,
+        modified_at=now,
+    )
+    session.add(row)
+    try:
+        session.flush()
+    except IntegrityError as exc:  # a concurrent create of the same hash won the race
+        raise ConflictError(f"schedule with the same hash already exists: {schedule_hash}") from exc
+    return row
+
+
+def get_schedule(session: Session, schedule_id: uuid.UUID) -> Schedule:
+    row = session.get(Schedule, schedule_id)
+    if row is None:
+        raise NotFoundError(f"schedule not found, by schedule_id: {schedule_id}")
+    return row
+
+
+def list_schedules(
+    session: Session, *, conditions: Sequence[ColumnElement[bool]] = (), limit: int = 100, offset: int = 0
+) -> tuple[int, Sequence[Schedule]]:
+    """A page of schedules, newest first, and how many match in all."""
+    count = session.scalar(select(func.count()).select_from(Schedule).where(*conditions)) or 0
+    rows = session.scalars(
+        select(Schedule).where(*conditions).order_by(Schedule.created_at.desc()).limit(limit).offset(offset)
+    ).all()
+    return count, rows
+
+
+def update_schedule(session: Session, schedule_id: uuid.UUID, changes: Mapping[str, Any]) -> Schedule:
+    row = get_schedule(session, schedule_id)
+    for key, value in changes.items():
+        setattr(row, key, value)
+    row.modified_at = utcnow()
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        raise ConflictError(f"schedule with the same hash already exists: {changes.get('hash')}") from exc
+    return row
+
+
+def delete_schedule(session: Session, schedule_id: uuid.UUID) -> bool:
+    row = session.get(Schedule, schedule_id)
+    if row is None:
+        return False
+    session.delete(row)
+    return True
+
+
+def claim_due(session: Session, scheduler_id: str, organisation: str, now: datetime, limit: int) -> Sequence[Schedule]:
+    """Enabled schedules of one scheduler and organisation whose deadline passed, locked with SKIP
+    LOCKED for this transaction (two schedulers never fire one schedule twice)."""
+    return session.scalars(
+        select(Schedule)
+        .where(
+            Schedule.scheduler_id == scheduler_id,
+            Schedule.organisation == organisation,
+            Schedule.enabled.is_(True),
+            Schedule.deadline_at <= now,
+        )
+        .order_by(Schedule.deadline_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    ).all()
