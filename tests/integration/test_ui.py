@@ -11,7 +11,7 @@ from typing import Any
 import pika
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import text, update
 
 from baton.api import create_app
 from baton.core.model import SchedulerState, TaskStatus, utcnow
@@ -23,7 +23,7 @@ from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
 from baton.storage.leaders import record_leadership
 from baton.storage.schedulers import record_heartbeat
-from baton.storage.tables import Task
+from baton.storage.tables import LeaderRecord, Task
 from baton.testing.factories import add_organisation, finish, pop, push
 from baton.ui.router import broker_queues
 
@@ -122,8 +122,7 @@ def test_failures_of_the_last_hour_are_a_bounded_read(store: Store) -> None:
         assert counts == {"boefje-acme": 3} and capped
         counts, capped = failed_since(session, utcnow() - timedelta(hours=1))
         assert counts == {"boefje-acme": 5} and not capped
-        old = utcnow() - timedelta(hours=2)
-        session.execute(text("UPDATE tasks SET modified_at = :old"), {"old": old.replace(tzinfo=None)})
+        session.execute(update(Task).values(modified_at=utcnow() - timedelta(hours=2)))
     with store.session() as session:
         assert failed_since(session, utcnow() - timedelta(hours=1)) == ({}, False)
 
@@ -191,6 +190,10 @@ def test_control_plane_shows_the_leader_and_says_what_is_absent(client: TestClie
     assert plane["lease_owners"] is None
     assert plane["broker"]["configured"] is False and plane["broker"]["error"] == "RabbitMQ not configured"
     assert "RabbitMQ not configured" in client.get("/ui/fragments/control-plane").text
+    # The leader rewrites its row every round: one not renewed for longer than the lease is flagged.
+    with store.session() as session:
+        session.execute(update(LeaderRecord).values(renewed_at=utcnow() - timedelta(seconds=60)))
+    assert client.get("/ui/api/control-plane").json()["leaders"][0]["stale"] is True
 
 
 @pytest.fixture

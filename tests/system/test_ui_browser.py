@@ -195,6 +195,7 @@ def test_every_view_live_in_a_browser(tmp_path: Path) -> None:
                     page.click('nav a[data-nav="control"]')
                     holder = f"{os.uname().nodename}:{director.pid}"
                     expect(page.locator('tr[data-role="director"] [data-field="holder"]')).to_have_text(holder)
+                    expect(page.locator('tr[data-role="director"]')).not_to_have_class(re.compile(r"\bstale\b"))
                     expect(page.locator('[data-broker="off"]')).to_contain_text("RabbitMQ not configured")
                     expect(page.locator('[data-workers="absent"]')).to_be_visible()
                     screenshot(page, tmp_path, "control-plane")

@@ -407,7 +407,7 @@ class ProcessInfo:
     auth_required: bool
     amqp_enabled: bool
     heartbeat_timeout_seconds: float
-    lease_seconds: float
+    leader_stale_seconds: float
 
 
 @dataclass(frozen=True)
@@ -840,7 +840,9 @@ class StatusService:
         """`broker_queues(organisations)`: the dead-letter queue and the queues to look at (their names
         belong to the ingest layer, which passes them in)."""
         now = utcnow()
-        lease_seconds = self.settings.leases.lease_seconds
+        # The leading director rewrites its row every reconcile round: a row older than two rounds
+        # (and than the lease time) means that director stopped leading or stopped working.
+        stale_after = max(self.settings.leases.lease_seconds, 2 * self.settings.timing.reconcile_interval_seconds)
         extras, schedulers_table = self.schema.scheduler_extras()
         workers_table = self.schema.workers_table()
         with self.store.session() as session:
@@ -852,7 +854,7 @@ class StatusService:
                     renewed_at=row.renewed_at,
                     leading_seconds=seconds_since(row.acquired_at, now) or 0.0,
                     renewal_age_seconds=seconds_since(row.renewed_at, now) or 0.0,
-                    stale=now - row.renewed_at > timedelta(seconds=lease_seconds),
+                    stale=now - row.renewed_at > timedelta(seconds=stale_after),
                 )
                 for row in leaders(session)
             ]
@@ -877,7 +879,7 @@ class StatusService:
                 auth_required=self.settings.auth_required,
                 amqp_enabled=self.settings.amqp.enabled,
                 heartbeat_timeout_seconds=self.settings.timing.heartbeat_timeout_seconds,
-                lease_seconds=lease_seconds,
+                leader_stale_seconds=stale_after,
             ),
             leaders=leader_rows,
             followers="not recorded: only the leading director writes to the database (table leaders)",
