@@ -25,6 +25,7 @@ from baton.storage.leaders import record_leadership
 from baton.storage.schedulers import record_heartbeat
 from baton.storage.tables import LeaderRecord, Task
 from baton.testing.factories import add_organisation, finish, pop, push
+from baton.ui.render import render
 from baton.ui.router import broker_queues
 
 
@@ -239,24 +240,35 @@ def test_workers_and_leases_are_shown_when_the_database_has_them(newer_schema: S
 
 
 def test_rabbitmq_dead_letters_and_consumers(amqp_url: str, store: Store) -> None:
-    add_organisation(store, "acme")
-    dead_letter, names = broker_queues(["acme"])
+    """Against the test broker, with queues of this test's own (the real dead-letter queue is left alone)."""
+    org = f"ui-{uuid.uuid4().hex[:8]}"
+    add_organisation(store, org)
+    dead_letter, names = broker_queues([org])
+    assert dead_letter == "baton.dead-letter"
+    assert names == ["baton.organisations", f"{org}__scan_profile_mutations", f"{org}__raw_file_received"]
+    dead_letter = f"baton.dead-letter.{org}"
     connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
     try:
         channel = connection.channel()
         channel.queue_declare(dead_letter, durable=True)
-        channel.queue_purge(dead_letter)
         channel.queue_declare(names[1], durable=True)
         channel.basic_publish("", dead_letter, b"{not json")
-        status = status_service(store, amqp_enabled=True)
-        status.broker = BrokerProbe(lambda: pika.BlockingConnection(pika.URLParameters(amqp_url)))
-        broker = status.control_plane(broker_queues).broker
+        probe = BrokerProbe(lambda: pika.BlockingConnection(pika.URLParameters(amqp_url)))
+        broker = probe.read(dead_letter, names[1:])
         assert broker.reachable and broker.dead_letters == 1
         found = {queue.name: queue for queue in broker.queues}
-        assert found[names[1]].declared and found[names[1]].consumers == 0
-        assert not found["acme__raw_file_received"].declared or found["acme__raw_file_received"].messages == 0
+        assert found[names[1]].declared and found[names[1]].consumers == 0 and found[names[1]].messages == 0
+        assert not found[names[2]].declared
+        assert probe.read(dead_letter, names[1:]) is broker  # remembered for a while
+        status = status_service(store, amqp_enabled=True)
+        status.broker = probe
+        html = render("control.html", view=status.control_plane(lambda orgs: (dead_letter, names[1:])))
+        assert 'data-broker="on"' in html and '<strong data-field="dead_letters" class="bad">1</strong>' in html
+        assert f'data-amqp-queue="{names[2]}"' in html and "not declared" in html
     finally:
-        connection.channel().queue_delete(dead_letter)
+        channel = connection.channel()
+        channel.queue_delete(dead_letter)
+        channel.queue_delete(names[1])
         connection.close()
     unreachable = BrokerProbe(lambda: pika.BlockingConnection(pika.URLParameters("amqp://guest:guest@127.0.0.1:1/")))
     answer = unreachable.read(dead_letter, names)
