@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from enum import Enum
 from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Body, FastAPI, HTTPException, Path, Query, Request, Response
@@ -42,7 +43,7 @@ from baton.ui.render import load_static, render
 POLL_MILLISECONDS = 2000
 MAX_OFFSET = 2**31 - 1
 MAX_SEQ = 2**63 - 1
-TAGS: list[str | Any] = ["status page"]
+TAGS: list[str | Enum] = ["status page"]
 # Served with every page and fragment: only this origin's own script, styles and requests.
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -156,10 +157,10 @@ TaskId = Annotated[uuid.UUID, Path()]
 
 def status_router(security: Security) -> APIRouter:
     """The page's routes, each declaring its scope through the API's own `security.requires`."""
-    read, pop, admin = (security.requires(scope) for scope in (Scope.READ, Scope.POP, Scope.ADMIN))
+    # Cancelling is the API's own PATCH /tasks/{id} (scope pop): the page calls it as it is.
+    read, admin = security.requires(Scope.READ), security.requires(Scope.ADMIN)
     router = APIRouter(prefix="/ui", lifespan=lifespan)
     static_files = load_static()
-    del pop  # cancelling is the API's PATCH /tasks/{id} (scope pop); the page calls it as it is
 
     async def identity(request: Request) -> Identity:
         settings: Settings = request.app.state.settings
