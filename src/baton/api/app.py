@@ -26,6 +26,7 @@ from baton.service.queues import QueueService
 from baton.service.tokens import TokenCache
 from baton.storage.engine import Store
 from baton.storage.executors import executor_for
+from baton.ui.router import status_router
 
 
 class Service(Protocol):
@@ -154,6 +155,6 @@ def create_app(
         documented[401] = {"model": ErrorOut, "description": "Missing or unknown bearer token"}
         documented[403] = {"model": ErrorOut, "description": "The token lacks the scope this route needs"}
     guarded = [Depends(reject_unknown_query_parameters)]
-    for router in (*ROUTERS, monitoring_router()):
+    for router in (*ROUTERS, monitoring_router(), status_router(security)):
         app.include_router(router, dependencies=guarded, responses=documented)
     return app

@@ -1,0 +1,297 @@
+"""The status page: `/ui` (a page shell with no data in it), its data as JSON under `/ui/api/...`, the
+same data as HTML fragments under `/ui/fragments/...` for the page's script to swap in, and two
+operator actions (requeue, change priority).
+
+Authentication is the API's own, passed in by the app (`status_router(security)`): every data route
+declares the scope it needs, a bearer token travels in the `Authorization` header, never in a cookie,
+so there is no cross-site request forgery to defend against. Fragments leave out the buttons the
+token may not use; the action routes refuse such a token anyway (403).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from enum import Enum
+from typing import Annotated, Any, Protocol
+
+from fastapi import APIRouter, Body, FastAPI, HTTPException, Path, Query, Request, Response
+from fastapi.responses import HTMLResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+
+from baton import __version__
+from baton.core.model import OrganisationId, SchedulerType, TaskStatus
+from baton.core.settings import Settings
+from baton.ingest.events import NOT_A_STRING
+from baton.service.status import (
+    BrokerProbe,
+    ControlPlane,
+    Overview,
+    SchedulerPage,
+    StatusService,
+    TaskDetail,
+    TaskFilter,
+    TaskPage,
+)
+from baton.service.tokens import Scope, grants
+from baton.ui.render import load_static, render
+
+POLL_MILLISECONDS = 2000
+MAX_OFFSET = 2**31 - 1
+MAX_SEQ = 2**63 - 1
+TAGS: list[str | Enum] = ["status page"]
+# Served with every page and fragment: only this origin's own script, styles and requests.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+class Security(Protocol):
+    """What the page takes from the API's authentication (baton/api/security.py)."""
+
+    bearer: HTTPBearer
+
+    def requires(self, scope: Scope) -> Any: ...
+
+    async def authenticate(
+        self, request: Request, credentials: HTTPAuthorizationCredentials | None
+    ) -> tuple[str, list[str]]: ...
+
+
+class SessionOut(BaseModel):
+    """Who the page acts as, and which of its buttons this token may use."""
+
+    auth_required: bool
+    token: str | None = Field(description="The token's name; null with authentication off.")
+    scopes: list[str]
+    can_cancel: bool = Field(description="`pop`: PATCH /tasks/{id} to `cancelled`.")
+    can_requeue: bool = Field(description="`admin`: POST /ui/api/tasks/{id}/requeue.")
+    can_change_priority: bool = Field(description="`admin`: PUT /ui/api/tasks/{id}/priority.")
+
+
+class PriorityIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # As the API's pushes take it: a JSON number with no fraction; strings and booleans are refused.
+    priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1, description="Lower pops first."), NOT_A_STRING]
+
+
+@dataclass(frozen=True)
+class Identity:
+    auth_required: bool
+    name: str | None
+    scopes: list[str]
+
+    @property
+    def actor(self) -> str:
+        return f"token '{self.name}'" if self.name else "an operator"
+
+    def session(self) -> SessionOut:
+        return SessionOut(
+            auth_required=self.auth_required,
+            token=self.name,
+            scopes=self.scopes,
+            can_cancel=grants(self.scopes, Scope.POP),
+            can_requeue=grants(self.scopes, Scope.ADMIN),
+            can_change_priority=grants(self.scopes, Scope.ADMIN),
+        )
+
+
+def broker_queues(organisations: Sequence[str]) -> tuple[str, list[str]]:
+    """The dead-letter queue and the queues worth a look: organisation events and each scheduler's."""
+    from baton.ingest.rabbitmq import DEAD_LETTER_QUEUE, EVENT_QUEUE_SUFFIX, ORGANISATIONS_QUEUE, event_queue
+
+    names = [ORGANISATIONS_QUEUE]
+    for organisation in organisations:
+        names += [event_queue(organisation, kind) for kind in EVENT_QUEUE_SUFFIX]
+    return DEAD_LETTER_QUEUE, names
+
+
+def broker_probe(settings: Settings) -> BrokerProbe | None:
+    if not settings.amqp.enabled:
+        return None
+    from baton.ingest.rabbitmq import connect
+
+    url = settings.amqp.url
+    return BrokerProbe(lambda: connect(url))
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Runs inside the app's own lifespan, so its queue service exists already."""
+    settings: Settings = app.state.settings
+    status = StatusService(app.state.store, settings, app.state.queues, app.state.metrics, broker_probe(settings))
+    app.state.status_page = status
+    sampler = asyncio.create_task(status.rates.run(), name="status-page-rates")
+    try:
+        yield
+    finally:
+        sampler.cancel()
+
+
+def service(request: Request) -> StatusService:
+    status: StatusService = request.app.state.status_page
+    return status
+
+
+def html(body: str, status_code: int = 200) -> HTMLResponse:
+    return HTMLResponse(body, status_code, headers=SECURITY_HEADERS)
+
+
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
+Limit = Annotated[int, Query(ge=1, le=200)]
+Before = Annotated[int | None, Query(ge=1, le=MAX_SEQ, description="Keyset cursor: tasks older than this seq.")]
+Search = Annotated[str | None, Query(min_length=1, max_length=256, description="A task id or a task hash.")]
+TaskId = Annotated[uuid.UUID, Path()]
+
+
+def status_router(security: Security) -> APIRouter:
+    """The page's routes, each declaring its scope through the API's own `security.requires`."""
+    # Cancelling is the API's own PATCH /tasks/{id} (scope pop): the page calls it as it is.
+    read, admin = security.requires(Scope.READ), security.requires(Scope.ADMIN)
+    router = APIRouter(prefix="/ui", lifespan=lifespan)
+    static_files = load_static()
+
+    async def identity(request: Request) -> Identity:
+        settings: Settings = request.app.state.settings
+        if not settings.auth_required:
+            return Identity(False, None, [scope.value for scope in Scope])
+        name, scopes = await security.authenticate(request, await security.bearer(request))
+        return Identity(True, name, scopes)
+
+    # -- the page shell and its own files: public, they hold no data ---------------------------------
+
+    @router.get("", include_in_schema=False)
+    def page(request: Request) -> HTMLResponse:
+        settings: Settings = request.app.state.settings
+        return html(
+            render("page.html", auth_required=settings.auth_required, poll_ms=POLL_MILLISECONDS, version=__version__)
+        )
+
+    @router.get("/static/{name}", include_in_schema=False)
+    def static(name: str, request: Request) -> Response:
+        found = static_files.get(name)
+        if found is None:
+            raise HTTPException(404, f"no static file '{name}'")
+        headers = {"ETag": found.etag, "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+        if request.headers.get("if-none-match") == found.etag:
+            return Response(status_code=304, headers=headers)
+        media_type = found.media_type + ("; charset=utf-8" if found.media_type.startswith("text/") else "")
+        return Response(found.body, media_type=media_type, headers=headers)
+
+    # -- data as JSON ----------------------------------------------------------------------------------
+
+    @router.get("/api/session", tags=TAGS, dependencies=[read])
+    async def who_am_i(request: Request) -> SessionOut:
+        """The token's name and scopes, and which actions the page offers it."""
+        return (await identity(request)).session()
+
+    @router.get("/api/overview", tags=TAGS, dependencies=[read])
+    def overview(request: Request, offset: Offset = 0, limit: Limit = 50) -> Overview:
+        """Per type and per organisation (most queued first, `offset`/`limit` over organisations):
+        queued and in flight from the counters, failed in the last hour, oldest queued task, full
+        queues; pop and push rates of this process over the last 15 minutes."""
+        return service(request).overview(offset, limit)
+
+    @router.get("/api/schedulers", tags=TAGS, dependencies=[read])
+    def schedulers(request: Request, offset: Offset = 0, limit: Limit = 50, problems: bool = False) -> SchedulerPage:
+        """Every scheduler with where it runs and its state by the heartbeat rule; stale and failed
+        ones first (`problems=true`: only those)."""
+        return service(request).schedulers(offset, limit, problems)
+
+    @router.get("/api/control-plane", tags=TAGS, dependencies=[read])
+    def control_plane(request: Request) -> ControlPlane:
+        """Who leads and since when, workers and scheduler leases where the database has them,
+        RabbitMQ consumers and dead letters where RabbitMQ is configured."""
+        return service(request).control_plane(broker_queues)
+
+    @router.get("/api/tasks", tags=TAGS, dependencies=[read])
+    def tasks(
+        request: Request,
+        organisation: Annotated[OrganisationId | None, Query()] = None,
+        type: SchedulerType | None = None,
+        status: TaskStatus | None = None,
+        q: Search = None,
+        before: Before = None,
+        limit: Limit = 50,
+    ) -> TaskPage:
+        """Newest first, a keyset page at a time: `next_before` is the next page's `before` (null: no
+        more). No count of matching tasks is made; `known_total` comes from the counters when they
+        answer the filter (status `queued`)."""
+        wanted = TaskFilter(organisation, type, status, q)
+        return service(request).tasks(wanted, before, limit)
+
+    responses: dict[int | str, dict[str, Any]] = {
+        404: {"description": "Unknown task"},
+        409: {"description": "Not possible in the task's status, the queue is disabled, or a twin is queued"},
+    }
+
+    @router.post(
+        "/api/tasks/{task_id}/requeue",
+        tags=TAGS,
+        dependencies=[admin],
+        responses={**responses, 429: {"description": "The queue is full"}},
+    )
+    async def requeue(task_id: TaskId, request: Request) -> TaskDetail:
+        """Put a `failed` task, or a `dispatched` or `running` one that is stuck, back in its queue.
+        Refused (409) when a task with its hash is queued already, or the queue is disabled; 429 when
+        the queue is full. `reason` records who requeued it."""
+        who = await identity(request)
+        return await asyncio.to_thread(service(request).requeue, task_id, who.actor)
+
+    @router.put("/api/tasks/{task_id}/priority", tags=TAGS, dependencies=[admin], responses=responses)
+    async def change_priority(task_id: TaskId, body: Annotated[PriorityIn, Body()], request: Request) -> TaskDetail:
+        """Give a `queued` task a new priority (lower pops first); 409 for any other status."""
+        who = await identity(request)
+        return await asyncio.to_thread(service(request).change_priority, task_id, body.priority, who.actor)
+
+    # -- the same data as HTML fragments, for the page ------------------------------------------------
+
+    @router.get("/fragments/overview", include_in_schema=False, dependencies=[read])
+    def overview_fragment(request: Request, offset: Offset = 0, limit: Limit = 50) -> HTMLResponse:
+        return html(render("overview.html", view=service(request).overview(offset, limit)))
+
+    @router.get("/fragments/schedulers", include_in_schema=False, dependencies=[read])
+    def schedulers_fragment(
+        request: Request, offset: Offset = 0, limit: Limit = 50, problems: bool = False
+    ) -> HTMLResponse:
+        return html(render("schedulers.html", view=service(request).schedulers(offset, limit, problems)))
+
+    @router.get("/fragments/control-plane", include_in_schema=False, dependencies=[read])
+    def control_plane_fragment(request: Request) -> HTMLResponse:
+        return html(render("control.html", view=service(request).control_plane(broker_queues)))
+
+    @router.get("/fragments/tasks", include_in_schema=False, dependencies=[read])
+    async def tasks_fragment(
+        request: Request,
+        organisation: Annotated[OrganisationId | None, Query()] = None,
+        type: SchedulerType | None = None,
+        status: TaskStatus | None = None,
+        q: Search = None,
+        before: Before = None,
+        limit: Limit = 50,
+        task: Annotated[uuid.UUID | None, Query(description="The task shown beside the list.")] = None,
+    ) -> HTMLResponse:
+        who = (await identity(request)).session()
+        wanted = TaskFilter(organisation, type, status, q)
+        view = await asyncio.to_thread(service(request).tasks, wanted, before, limit)
+        params = {**wanted.query(), "before": before, "task": task}
+        return html(render("tasks.html", view=view, who=who, params=params))
+
+    @router.get("/fragments/tasks/{task_id}", include_in_schema=False, dependencies=[read])
+    async def task_fragment(task_id: TaskId, request: Request) -> HTMLResponse:
+        who = (await identity(request)).session()
+        detail = await asyncio.to_thread(service(request).task, task_id)
+        return html(render("task.html", detail=detail, who=who))
+
+    return router
