@@ -296,7 +296,8 @@ def section_depth(result: dict[str, Any]) -> list[str]:
         "",
         measured_on(result),
         "",
-        f"One client, {result['duration_s']:.0f} s per measurement, a fresh queue of each size.",
+        f"One client, {result['calls_per_series']:,} calls per series, a fresh queue of each size, filled with as "
+        "many tasks more as the two pop series take (so it never holds fewer than its nominal size).",
         "",
         *table(
             [
@@ -491,7 +492,9 @@ def section_director(result: dict[str, Any]) -> list[str]:
     ]
 
 
-def _profile_table(label: str, before: dict[str, Any] | None, after: dict[str, Any], key: str) -> list[str]:
+def _profile_table(
+    label: str, before: dict[str, Any] | None, after: dict[str, Any], key: str, after_name: str = "after"
+) -> list[str]:
     width = max(len(after[key]), len(before[key]) if before else 0)
     rows = []
     for index in range(width):
@@ -506,7 +509,7 @@ def _profile_table(label: str, before: dict[str, Any] | None, after: dict[str, A
             else:
                 cells += ["", ""]
         rows.append(cells)
-    header = (["before", "share"] if before else []) + ["after", "share"]
+    header = (["before", "share"] if before else []) + [after_name, "share"]
     return [f"**{label}**", "", *table(header, rows, ("lr" if before else "") + "lr")]
 
 
@@ -554,6 +557,24 @@ def section_profile(result: dict[str, Any]) -> list[str]:
         after,
         "top_inclusive",
     )
+    return lines + section_ingest_profile(result)
+
+
+def section_ingest_profile(result: dict[str, Any]) -> list[str]:
+    ingest = result.get("ingest")
+    if not ingest:
+        return []
+    lines = [
+        "### Where an ingested event's time goes",
+        "",
+        f"py-spy (100 Hz) on the benchmark process itself while one `NormalizerScheduler` (a thread of it, as "
+        f"in the ingest scenario) turned {ingest['events']:,} RabbitMQ events into tasks "
+        f"({num(ingest['per_second'])} events/s while profiled). Shares of busy samples of the whole process "
+        "(the benchmark's own thread that watches the queue's counter is in there too, mostly asleep).",
+        "",
+    ]
+    lines += _profile_table("Top inclusive frames", None, ingest, "top_inclusive", "frame")
+    lines += _profile_table("Top self frames", None, ingest, "top_self", "frame")
     return lines
 
 

@@ -9,7 +9,9 @@ gets a fresh database of its own on the same PostgreSQL server, migrated by its 
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -213,9 +215,27 @@ def profile_old(ctx: Context, worktree: Path) -> dict[str, Any]:
     return {"commit": commit, **profiled}
 
 
+def profile_ingest(ctx: Context) -> dict[str, Any]:
+    """py-spy on this very process while one normalizer scheduler (a thread here, as in the ingest
+    scenario) turns RabbitMQ events into tasks: where an event's time goes."""
+    from bench.scenarios.ingest import ingest_once
+
+    output = ctx.work_dir / "profile-ingest.txt"
+    command = [py_spy(), "record", "-p", str(os.getpid()), "-r", "100", "-f", "raw", "-o", str(output)]
+    recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)  # let py-spy attach
+        run = ingest_once(ctx, ctx.size(3_000, 1_000))
+    finally:
+        recorder.send_signal(signal.SIGINT)  # py-spy writes its output when interrupted
+        recorder.wait(120)
+    return {**run, "raw": str(output), **summarise(output, top=15)}
+
+
 def run(ctx: Context) -> dict[str, Any]:
     result: dict[str, Any] = {"clients": CLIENTS, "seconds": SECONDS, "rate_hz": RATE, "old_commit": OLD_COMMIT}
     result["after"] = profile_current(ctx)
+    result["ingest"] = profile_ingest(ctx)
     worktree = ctx.old_worktree
     if worktree is not None and (worktree / ".venv" / "bin" / "python").exists():
         result["before"] = profile_old(ctx, worktree)
