@@ -1,6 +1,8 @@
 """The load generator: clients in a tight loop for a fixed time, cheap enough to measure Baton, not
 itself. HTTP clients are `http.client` keep-alive connections; SQL clients are psycopg connections in
-autocommit. Clients run as threads spread over a few processes (threads of one process share a GIL).
+autocommit; store clients call Baton's store-level pop (`baton.storage.queues.pop`) on a SQLAlchemy
+connection, as the API's SQLite executor does. Clients run as threads spread over a few processes
+(threads of one process share a GIL).
 
 Every measurement returns data (`Rate`); scenarios decide what to compare it with.
 """
@@ -13,27 +15,36 @@ import multiprocessing
 import statistics
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-Counting = Literal["task", "results", "created", "rows"]
+# task: a JSON task or null; results: {"results": [...]}; created: a 200/201 answer (pushes); ok: any 2xx
+# answer (reads); rows: rows a statement returned or changed.
+Counting = Literal["task", "results", "created", "ok", "rows"]
 
 
 @dataclass(frozen=True)
 class Request:
-    """One operation a client repeats: an HTTP call or a SQL statement, and how to count what it moved."""
+    """One operation a client repeats: an HTTP call, a SQL statement or a store-level pop, and how to
+    count what it moved."""
 
-    kind: Literal["http", "sql"]
-    target: str  # base URL, or a libpq connection string
+    kind: Literal["http", "sql", "store"]
+    target: str  # base URL, a libpq connection string, or (store) a SQLAlchemy database URL
     counting: Counting
     method: str = "POST"
     path: str = ""
     body: bytes | None = None
     sql: str = ""
     params: dict[str, Any] = field(default_factory=dict)
-    # A body per call (e.g. pushes that must not be deduplicated): `{n}` is replaced by a counter.
+    # A body per call (e.g. pushes that must not be deduplicated): `{n}` is replaced by a counter and
+    # `{client}` by a token of this client's own, so that clients in different processes differ too.
     templated: bool = False
+    # Stop this client at the first answer that moved nothing (a queue ran dry: the rate is then not
+    # a rate). False: keep asking, as a job runner polls an empty queue.
+    stop_when_dry: bool = True
 
 
 @dataclass
@@ -63,13 +74,35 @@ class Rate:
 def _moved(counting: Counting, status: int, payload: bytes) -> int:
     if counting == "created":
         return int(status in (200, 201))
+    if counting == "ok":
+        return int(200 <= status < 300)
     document = json.loads(payload)
     if counting == "task":
         return int(document is not None)
     return len(document["results"])
 
 
-def _http_loop(request: Request, start_at: float, deadline: float, out: list[Any]) -> None:
+class _Gate:
+    """The clients of one process get ready (connected, one warm-up call made), then all start at the
+    time the parent announces once every process is ready: spawned processes that import or connect
+    slowly on a loaded machine neither shorten the measurement nor let others start early."""
+
+    def __init__(self, clients: int) -> None:
+        self.ready = threading.Barrier(clients + 1)
+        self.go = threading.Event()
+        self.start_at = 0.0
+        self.deadline = 0.0
+
+    def wait(self) -> tuple[float, float]:
+        """Called by a client when it is ready; returns (start, deadline) once the run begins."""
+        self.ready.wait()
+        self.go.wait()
+        while time.time() < self.start_at:
+            time.sleep(0.001)
+        return self.start_at, self.deadline
+
+
+def _http_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
     parts = urlsplit(request.target)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=60)
     headers = {"Content-Type": "application/json"} if request.body is not None else {}
@@ -77,15 +110,22 @@ def _http_loop(request: Request, start_at: float, deadline: float, out: list[Any
     latencies: list[float] = []
     dry = False
     counter = 0
-    while time.time() < start_at:
-        time.sleep(0.001)
-    while time.time() < deadline:
-        body = request.body
-        if request.templated and body is not None:
+    token = uuid.uuid4().hex[:12].encode()
+
+    def body() -> bytes | None:
+        nonlocal counter
+        if request.templated and request.body is not None:
             counter += 1
-            body = body.replace(b"{n}", str(counter).encode())
+            return request.body.replace(b"{n}", str(counter).encode()).replace(b"{client}", token)
+        return request.body
+
+    conn.connect()
+    conn.request(request.method, request.path, body=body(), headers=headers)  # warm-up, not counted
+    conn.getresponse().read()
+    _, deadline = gate.wait()
+    while time.time() < deadline:
         began = time.perf_counter()
-        conn.request(request.method, request.path, body=body, headers=headers)
+        conn.request(request.method, request.path, body=body(), headers=headers)
         response = conn.getresponse()
         payload = response.read()
         latencies.append((time.perf_counter() - began) * 1000)
@@ -95,70 +135,170 @@ def _http_loop(request: Request, start_at: float, deadline: float, out: list[Any
         operations += 1
         if not got:
             dry = True
-            break
+            if request.stop_when_dry:
+                break
         moved += got
     conn.close()
     out.append((operations, moved, latencies, dry))
 
 
-def _sql_loop(request: Request, start_at: float, deadline: float, out: list[Any]) -> None:
+def _sql_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
     import psycopg
 
     operations = moved = 0
     latencies: list[float] = []
     dry = False
+    counter = 0
+
+    def params() -> dict[str, Any]:
+        nonlocal counter
+        if not request.templated:
+            return request.params
+        counter += 1
+        return {key: (value(counter) if callable(value) else value) for key, value in request.params.items()}
+
     with psycopg.connect(request.target, autocommit=True) as conn:
-        while time.time() < start_at:
-            time.sleep(0.001)
-        counter = 0
+        cursor = conn.execute(request.sql, params())  # warm-up, not counted
+        if cursor.description is not None:
+            cursor.fetchall()
+        _, deadline = gate.wait()
         while time.time() < deadline:
-            params = request.params
-            if request.templated:
-                counter += 1
-                params = {key: (value(counter) if callable(value) else value) for key, value in params.items()}
             began = time.perf_counter()
-            cursor = conn.execute(request.sql, params)
+            cursor = conn.execute(request.sql, params())
             got = cursor.rowcount if cursor.description is None else len(cursor.fetchall())
             latencies.append((time.perf_counter() - began) * 1000)
             operations += 1
             if not got:
                 dry = True
-                break
+                if request.stop_when_dry:
+                    break
             moved += got
     out.append((operations, moved, latencies, dry))
 
 
-def _process(requests: list[Request], start_at: float, duration: float, results: Any) -> None:
+def _store_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
+    """Baton's store-level pop of one queue (`params["queue"]`), each in its own transaction, exactly
+    as the API's thread executor runs it (SQLite's baseline: the same work without HTTP)."""
+    from baton.core.model import utcnow
+    from baton.storage import queues
+    from baton.storage.engine import Store
+    from baton.storage.statements import PopTarget
+
+    store = _shared_store(request.target, Store)
+    target = PopTarget(queue=request.params["queue"])
+    limit = int(request.params.get("limit", 1))
+    operations = moved = 0
+    latencies: list[float] = []
+    dry = False
+
+    def pop() -> int:
+        with store.engine.begin() as conn:
+            return len(queues.pop(conn, target, limit=limit, now=utcnow(), raw_data=True))
+
+    pop()  # warm-up, not counted
+    _, deadline = gate.wait()
+    while time.time() < deadline:
+        began = time.perf_counter()
+        got = pop()
+        latencies.append((time.perf_counter() - began) * 1000)
+        operations += 1
+        if not got:
+            dry = True
+            if request.stop_when_dry:
+                break
+        moved += got
+    out.append((operations, moved, latencies, dry))
+
+
+_stores: dict[str, Any] = {}
+_stores_lock = threading.Lock()
+
+
+def _shared_store(url: str, factory: Any) -> Any:
+    """One Store (engine, connection pool) per process and URL, shared by its client threads, as the
+    API process shares one."""
+    with _stores_lock:
+        if url not in _stores:
+            _stores[url] = factory(url)
+        return _stores[url]
+
+
+LOOPS = {"http": "_http_loop", "sql": "_sql_loop", "store": "_store_loop"}
+READY_TIMEOUT = 120.0
+
+
+def _client(request: Request, gate: _Gate, out: list[Any], errors: list[str]) -> None:
+    try:
+        globals()[LOOPS[request.kind]](request, gate, out)
+    except BaseException as exc:
+        errors.append(f"{request.kind} {request.path or request.sql[:60]}: {exc!r}")
+        gate.ready.abort()  # nobody waits for a client that is gone
+        gate.go.set()
+
+
+def _process(requests: list[Request], ready: Any, start: Any, start_at: Any, duration: float, results: Any) -> None:
     out: list[Any] = []
-    deadline = start_at + duration
-    threads = [
-        threading.Thread(
-            target=_http_loop if request.kind == "http" else _sql_loop, args=(request, start_at, deadline, out)
-        )
-        for request in requests
-    ]
+    errors: list[str] = []
+    gate = _Gate(len(requests))
+    threads = [threading.Thread(target=_client, args=(request, gate, out, errors)) for request in requests]
     for thread in threads:
         thread.start()
+    try:
+        gate.ready.wait(READY_TIMEOUT)
+    except threading.BrokenBarrierError:
+        errors.append("a client failed or did not get ready in time")
+    ready.put(not errors)
+    start.wait(READY_TIMEOUT + 60)
+    gate.start_at = start_at.value
+    gate.deadline = gate.start_at + duration
+    gate.go.set()
     for thread in threads:
         thread.join()
-    results.put(out)
+    results.put((out, errors))
 
 
-def measure(requests: list[Request], duration: float, processes: int = 4, warmup: float = 3.0) -> Rate:
+def measure(
+    requests: list[Request],
+    duration: float,
+    processes: int = 4,
+    warmup: float = 0.5,
+    on_start: Callable[[float], None] | None = None,
+) -> Rate:
     """Run one client per request for `duration` seconds; tasks moved per second over all of them.
 
-    `ran_dry`: some client found nothing to move (a queue emptied): the rate is then not a rate."""
+    Every client first connects and makes one uncounted call (so connection pools on both sides are
+    grown); once all are ready, they start together `warmup` seconds later, and `on_start` is told
+    that time (for work that must run alongside, such as a profiler or a feeder).
+
+    `ran_dry`: some client found nothing to move (a queue emptied): the rate is then not a rate (unless
+    the requests say `stop_when_dry=False`: then it only says some answer was empty)."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
+    ready = context.Queue()
+    start = context.Event()
+    start_at = context.Value("d", 0.0)
     count = max(1, min(processes, len(requests)))
     shares = [requests[index::count] for index in range(count)]
-    start_at = time.time() + warmup  # time for the spawned processes to import and connect
-    workers = [context.Process(target=_process, args=(share, start_at, duration, results)) for share in shares]
+    workers = [
+        context.Process(target=_process, args=(share, ready, start, start_at, duration, results)) for share in shares
+    ]
     for worker in workers:
         worker.start()
-    gathered = [item for _ in workers for item in results.get(timeout=duration + warmup + 120)]
+    all_ready = all([ready.get(timeout=READY_TIMEOUT + 30) for _ in workers])
+    start_at.value = time.time() + warmup
+    start.set()
+    if on_start is not None and all_ready:
+        on_start(start_at.value)
+    gathered: list[Any] = []
+    errors: list[str] = []
+    for _ in workers:
+        out, failed = results.get(timeout=duration + warmup + READY_TIMEOUT + 120)
+        gathered += out
+        errors += failed
     for worker in workers:
         worker.join()
+    if errors:
+        raise RuntimeError("load generator: " + "; ".join(errors))
     return Rate(
         operations=sum(item[0] for item in gathered),
         moved=sum(item[1] for item in gathered),

@@ -1,0 +1,77 @@
+"""The director's cost: time of the first reconcile round (starting every scheduler), time until every
+scheduler has written a `running` heartbeat, a steady round with nothing to do, and memory, for the
+thread runner (schedulers as threads of the director) and the process runner (a `baton standalone`
+child per scheduler)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psutil
+
+from baton.control.director import Director
+from baton.control.runners import ProcessRunner, Runner, ThreadRunner
+from baton.core.logging import configure_logging
+from baton.core.settings import Settings
+from baton.runtime import scheduler_context
+from baton.storage.engine import Store
+from bench.scenarios.common import Context, add_organisations, connect, fresh_database
+
+SLOW = {"heartbeat_interval_seconds": 30, "poll_interval_seconds": 30}
+SLOW_ENV = {"BATON_HEARTBEAT_INTERVAL_SECONDS": "30", "BATON_POLL_INTERVAL_SECONDS": "30", "BATON_LOG_LEVEL": "warning"}
+TIMEOUT = 600.0
+
+
+def running(ctx: Context) -> int:
+    with connect(ctx) as conn:
+        row = conn.execute("SELECT count(*) FROM schedulers WHERE state = 'running'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def one_case(ctx: Context, runner_kind: str, organisations: int) -> dict[str, Any]:
+    fresh_database(ctx)
+    with connect(ctx) as conn:
+        add_organisations(conn, [f"dir-{n:05d}" for n in range(organisations)])
+    store = Store(ctx.database_url)
+    settings = Settings(database_url=ctx.database_url, **SLOW)
+    runner: Runner
+    if runner_kind == "thread":
+        runner = ThreadRunner(scheduler_context(store, settings, "thread"))
+    else:
+        runner = ProcessRunner(store, ctx.database_url, extra_env=SLOW_ENV)
+    director = Director(store, settings, runner)
+    me = psutil.Process()
+    rss_before = me.memory_info().rss
+    started = time.perf_counter()
+    director.reconcile()
+    reconcile_seconds = time.perf_counter() - started
+    expected = organisations * 3
+    while running(ctx) < expected and time.perf_counter() - started < TIMEOUT:
+        time.sleep(0.2)
+    converged = time.perf_counter() - started
+    all_running = running(ctx) == expected
+    children = me.children(recursive=True) if runner_kind == "process" else []
+    rss = me.memory_info().rss - rss_before + sum(child.memory_info().rss for child in children)
+    second = time.perf_counter()
+    director.reconcile()  # idempotent: nothing to start
+    steady = time.perf_counter() - second
+    director.stop(timeout=60)
+    store.dispose()
+    return {
+        "runner": runner_kind,
+        "organisations": organisations,
+        "schedulers": expected,
+        "reconcile_s": reconcile_seconds,
+        "converged_s": converged,
+        "all_running": all_running,
+        "steady_reconcile_ms": steady * 1000,
+        "memory_mib": rss / 2**20,
+        "per_scheduler_mib": rss / 2**20 / expected,
+    }
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    configure_logging("warning")
+    cases = [("thread", 10), ("process", 2)] if ctx.quick else [("thread", 100), ("thread", 1000), ("process", 10)]
+    return {"cases": [one_case(ctx, kind, organisations) for kind, organisations in cases]}

@@ -1,0 +1,44 @@
+"""The hot path: one queue, one task per request. Pops through `baton serve` (one process, and
+BATON_WORKERS=2) against Baton's own pop statement sent straight to PostgreSQL by as many psycopg
+clients in autocommit (the raw-SQL limit), at 1 and 8 clients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.scenarios.common import Context, bench_queue, clients, http_pop, interleaved, ratio, serve, sql_pop
+
+CLIENTS = (1, 8)
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    queued = ctx.size(300_000, 60_000)
+    bench_queue(ctx, queued)
+    with (
+        serve(ctx.database_url, log_dir=ctx.work_dir) as one,
+        serve(ctx.database_url, {"BATON_WORKERS": "2"}, log_dir=ctx.work_dir) as two,
+    ):
+        series = {}
+        for count in CLIENTS:
+            series[f"raw SQL|{count}"] = clients(sql_pop(ctx), count, ctx.duration)
+            series[f"HTTP, 1 process|{count}"] = clients(http_pop(one.url), count, ctx.duration)
+            series[f"HTTP, BATON_WORKERS=2|{count}"] = clients(http_pop(two.url), count, ctx.duration)
+        measured = interleaved(series, ctx.rounds)
+    rows = []
+    for key, summary in measured.items():
+        name, count = key.split("|")
+        baseline = measured[f"raw SQL|{count}"]["per_second"]
+        rows.append({"series": name, "clients": int(count), **summary, "ratio": ratio(summary["per_second"], baseline)})
+    return {
+        "queued_at_start": queued,
+        "duration_s": ctx.duration,
+        "rounds": ctx.rounds,
+        "series": rows,
+        "ratios": {
+            f"{label}_{count}": ratio(
+                measured[f"{name}|{count}"]["per_second"], measured[f"raw SQL|{count}"]["per_second"]
+            )
+            for count in CLIENTS
+            for label, name in (("http", "HTTP, 1 process"), ("workers2", "HTTP, BATON_WORKERS=2"))
+        },
+    }

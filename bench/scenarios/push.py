@@ -1,0 +1,67 @@
+"""Pushes through `baton serve` (POST /queues/{id}/push, a distinct hash per task so none is
+deduplicated, an unbounded queue) against a raw INSERT of the same row by as many psycopg clients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.loadgen import Request
+from bench.scenarios.common import (
+    ORG,
+    QUEUE,
+    TASK_DATA_JSON,
+    Context,
+    bench_queue,
+    clients,
+    interleaved,
+    ratio,
+    serve,
+)
+
+CLIENTS = (1, 8)
+PRIORITY = 5
+# One task row as a push writes it (the fair tag aside, which a push computes): the counter trigger,
+# the partial indexes and the unique hash index all do their work here too.
+INSERT_SQL = (
+    "INSERT INTO tasks (id, scheduler_id, organisation, type, priority, status, hash, data, fair_key, attempts,"
+    " created_at, modified_at) VALUES (gen_random_uuid(), %(queue)s, %(org)s, 'boefje', %(priority)s, 'queued',"
+    " md5(random()::text || clock_timestamp()::text), %(data)s::jsonb, 0, 0, now(), now())"
+)
+
+
+def raw_insert(ctx: Context) -> Request:
+    params = {"queue": QUEUE, "org": ORG, "priority": PRIORITY, "data": TASK_DATA_JSON}
+    return Request(kind="sql", target=ctx.libpq, counting="rows", sql=INSERT_SQL, params=params)
+
+
+def http_push(url: str) -> Request:
+    body = f'{{"priority": {PRIORITY}, "hash": "{{client}}-{{n}}", "data": {TASK_DATA_JSON}}}'
+    return Request(
+        kind="http", target=url, counting="created", path=f"/queues/{QUEUE}/push", body=body.encode(), templated=True
+    )
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    bench_queue(ctx, 0)
+    with serve(ctx.database_url, log_dir=ctx.work_dir) as server:
+        series = {}
+        for count in CLIENTS:
+            series[f"raw INSERT|{count}"] = clients(raw_insert(ctx), count, ctx.duration)
+            series[f"HTTP push|{count}"] = clients(http_push(server.url), count, ctx.duration)
+        measured = interleaved(series, ctx.rounds)
+    rows = []
+    for key, summary in measured.items():
+        name, count = key.split("|")
+        baseline = measured[f"raw INSERT|{count}"]["per_second"]
+        rows.append({"series": name, "clients": int(count), **summary, "ratio": ratio(summary["per_second"], baseline)})
+    return {
+        "duration_s": ctx.duration,
+        "rounds": ctx.rounds,
+        "series": rows,
+        "ratios": {
+            f"push_{count}": ratio(
+                measured[f"HTTP push|{count}"]["per_second"], measured[f"raw INSERT|{count}"]["per_second"]
+            )
+            for count in CLIENTS
+        },
+    }

@@ -1,0 +1,79 @@
+"""The embedded default: HTTP pops through `baton serve` on a SQLite file against the store-level pop
+(`baton.storage.queues.pop` on a SQLAlchemy connection, client threads in one process, the same
+file), at 1 and 8 clients. SQLite serialises writers, so this is about the cost of the HTTP layer."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import insert
+
+from baton.core.model import utcnow
+from baton.core.settings import Settings
+from baton.runtime import prepare_store
+from baton.storage.organisations import create_organisation
+from baton.storage.statements import TASKS
+from bench.loadgen import Request
+from bench.scenarios.common import ORG, QUEUE, Context, clients, http_pop, interleaved, ratio, serve
+
+CLIENTS = (1, 8)
+
+
+def fill(url: str, tasks: int) -> None:
+    store = prepare_store(Settings(database_url=url))
+    with store.session() as session:
+        create_organisation(session, ORG, "Bench", maxsize=0)
+    created = utcnow()
+    rows = [
+        {
+            "id": uuid.uuid4(),
+            "scheduler_id": QUEUE,
+            "organisation": ORG,
+            "type": "boefje",
+            "priority": n % 100,
+            "status": "queued",
+            "data": {"boefje": {"id": "dns-records"}, "input_ooi": f"Hostname|internet|host-{n}.example.com"},
+            "fair_key": 0,
+            "attempts": 0,
+            "created_at": created,
+            "modified_at": created,
+        }
+        for n in range(tasks)
+    ]
+    with store.engine.begin() as conn:
+        conn.execute(insert(TASKS), rows)
+    store.dispose()
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    path = ctx.work_dir / "sqlite" / "baton.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite:///{path}"
+    queued = ctx.size(150_000, 40_000)
+    fill(url, queued)
+    store_pop = Request(kind="store", target=url, counting="rows", params={"queue": QUEUE})
+    with serve(url, log_dir=ctx.work_dir) as server:
+        series = {}
+        for count in CLIENTS:
+            # processes=1: the store-level clients are threads of one process, as in the server.
+            series[f"store-level pop|{count}"] = clients(store_pop, count, ctx.duration, processes=1)
+            series[f"HTTP pop|{count}"] = clients(http_pop(server.url), count, ctx.duration)
+        measured = interleaved(series, ctx.rounds)
+    rows = []
+    for key, summary in measured.items():
+        name, count = key.split("|")
+        baseline = measured[f"store-level pop|{count}"]["per_second"]
+        rows.append({"series": name, "clients": int(count), **summary, "ratio": ratio(summary["per_second"], baseline)})
+    return {
+        "queued_at_start": queued,
+        "duration_s": ctx.duration,
+        "rounds": ctx.rounds,
+        "series": rows,
+        "ratios": {
+            f"sqlite_{count}": ratio(
+                measured[f"HTTP pop|{count}"]["per_second"], measured[f"store-level pop|{count}"]["per_second"]
+            )
+            for count in CLIENTS
+        },
+    }
