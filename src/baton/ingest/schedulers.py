@@ -10,7 +10,8 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import ClassVar
@@ -103,10 +104,17 @@ class Scheduler(ABC):
     def stop(self) -> None:
         self._stop.set()
 
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """The one way a scheduler writes: one transaction, in which its ownership of its row is
+        checked (fencing) before anything it writes commits."""
+        with self.store.session() as session:
+            yield session
+
     def heartbeat(self, state: SchedulerState) -> bool:
         """Record live state; returns False when the scheduler's row is gone (organisation deleted)."""
         self.state = state
-        with self.store.session() as session:
+        with self.transaction() as session:
             row = record_heartbeat(
                 session,
                 self.id,
@@ -195,7 +203,7 @@ class EventDrivenScheduler(Scheduler):
         handled: list[Delivery] = []
         deferred: list[Delivery] = []
         try:
-            with self.store.session() as session:
+            with self.transaction() as session:
                 deliveries = self.source.receive(session, self.batch_size)
                 for index, delivery in enumerate(deliveries):
                     if not self._handle_delivery(session, delivery):
@@ -304,7 +312,7 @@ class BoefjeScheduler(EventDrivenScheduler):
 
     def tick(self) -> int:
         handled = super().tick()
-        with self.store.session() as session:
+        with self.transaction() as session:
             return handled + fire_due_schedules(self, session, self.context.clock())
 
     def handle(self, session: Session, event: AnyEvent) -> list[dict[str, object]]:
@@ -417,7 +425,7 @@ class ReportScheduler(Scheduler):
     type = SchedulerType.REPORT
 
     def tick(self) -> int:
-        with self.store.session() as session:
+        with self.transaction() as session:
             return fire_due_schedules(self, session, self.context.clock())
 
 
