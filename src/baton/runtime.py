@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import gc
+import math
 import os
 import signal
 import threading
@@ -98,7 +99,7 @@ def scheduler_context(store: Store, settings: Settings, runner: str) -> Any:
 
 def build_director(store: Store, settings: Settings, runner_kind: RunnerKind) -> Any:
     from baton.control.director import Director
-    from baton.control.leadership import default_elector
+    from baton.control.leadership import DatabaseLeaseLeader
     from baton.control.runners import ProcessRunner, ThreadRunner
 
     if runner_kind is RunnerKind.kubernetes:
@@ -107,7 +108,8 @@ def build_director(store: Store, settings: Settings, runner_kind: RunnerKind) ->
         runner: Any = ThreadRunner(scheduler_context(store, settings, "thread"))
     else:
         runner = ProcessRunner(store, settings.database_url)
-    return Director(store, settings, runner, default_elector(store))
+    holder = process_location()
+    return Director(store, settings, runner, DatabaseLeaseLeader(store, holder, settings.leases), holder=holder)
 
 
 def build_kubernetes_director(store: Store, settings: Settings) -> Any:
@@ -117,7 +119,14 @@ def build_kubernetes_director(store: Store, settings: Settings) -> Any:
 
     api, namespace = load_api_client(settings)
     identity = os.environ.get("POD_NAME") or process_location()
-    elector = LeaseElector(api, namespace, settings.k8s.lease_name, identity)
+    elector = LeaseElector(
+        api,
+        namespace,
+        settings.k8s.lease_name,
+        identity,
+        lease_seconds=math.ceil(settings.leases.lease_seconds),
+        renew_deadline_seconds=settings.leases.renew_deadline_seconds,
+    )
     return Director(store, settings, KubernetesRunner(api, settings, namespace), elector, holder=identity)
 
 
@@ -160,6 +169,22 @@ def run_until_signalled(services: Sequence[Service]) -> None:
 def run_director(settings: Settings, runner_kind: RunnerKind) -> None:
     store = prepare_store(settings)
     run_until_signalled(director_services(store, settings, runner_kind))
+
+
+# -- worker mode -------------------------------------------------------------------------------------
+
+
+def build_worker(store: Store, settings: Settings) -> Any:
+    from baton.control.workers import RUNNER_NAME, Worker
+
+    return Worker(store, settings, scheduler_context(store, settings, RUNNER_NAME))
+
+
+def run_worker(settings: Settings) -> None:
+    """Schedulers shared with every other `baton worker` on the database; RabbitMQ's organisation
+    events and OpenKAT's queues are consumed here too when enabled (competing consumers)."""
+    store = prepare_store(settings)
+    run_until_signalled([*amqp_services(store, settings), build_worker(store, settings)])
 
 
 # -- the API --------------------------------------------------------------------------------------------
@@ -232,8 +257,11 @@ def settle_garbage_collector() -> None:
 # -- stand-alone mode -------------------------------------------------------------------------------------
 
 
-def run_standalone(settings: Settings, spec: SchedulerSpec, runner_name: str, stop_timeout: float) -> None:
-    """Exactly one scheduler in the foreground; SIGTERM/SIGINT stop it, `stop_timeout` bounds that."""
+def run_standalone(
+    settings: Settings, spec: SchedulerSpec, runner_name: str, stop_timeout: float, leader_term: int | None = None
+) -> None:
+    """Exactly one scheduler in the foreground; SIGTERM/SIGINT stop it, `stop_timeout` bounds that.
+    With `leader_term` (a director's child), it claims its row only while that term leads."""
     from baton.core.errors import ConfigurationError
     from baton.ingest.schedulers import build_scheduler
     from baton.storage.tables import Scheduler as SchedulerRow
@@ -245,7 +273,10 @@ def run_standalone(settings: Settings, spec: SchedulerSpec, runner_name: str, st
                 f"organisation '{spec.organisation}' not found (no queue '{spec.id}'); create it first "
                 "(POST /organisations or `baton publish organisation-created`)"
             )
-    scheduler = build_scheduler(spec, scheduler_context(store, settings, runner_name))
+    context = scheduler_context(store, settings, runner_name)
+    ownership = context.leases()
+    ownership.leader_term = leader_term
+    scheduler = build_scheduler(spec, context)
 
     def _on_signal(signum: int, _frame: Any) -> None:
         scheduler.stop()
@@ -259,4 +290,5 @@ def run_standalone(settings: Settings, spec: SchedulerSpec, runner_name: str, st
     try:
         scheduler.run()
     finally:
+        ownership.stop(stop_timeout)
         store.dispose()

@@ -130,12 +130,15 @@ api = schemathesis.pytest.from_fixture("api_schema")
 pops = schemathesis.pytest.from_fixture("pop_schema")
 
 
+# One test item runs every operation: its time limit is the whole fuzz run's, not one request's.
+@pytest.mark.timeout(900)
 @api.exclude(path_regex="/pop$").parametrize()
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_conforms_to_its_schema(case: schemathesis.Case, target: FuzzTarget) -> None:
     target.check(case)
 
 
+@pytest.mark.timeout(900)
 @pops.include(path_regex="/pop$").parametrize()
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 def test_pop_endpoints_conform_to_their_schema(case: schemathesis.Case, target: FuzzTarget) -> None:

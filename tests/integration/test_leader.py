@@ -1,67 +1,217 @@
-"""Leader election on PostgreSQL: one director leads; failover when the leader goes away."""
+"""Leadership by lease and scheduler ownership with fencing, on both backends (storage/leases.py)."""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import text
 
 from baton.control.director import Director
-from baton.control.leadership import AdvisoryLockLeader
+from baton.control.leadership import LIVENESS_LOCK_KEY, DatabaseLeaseLeader
 from baton.control.runners import ThreadRunner
-from baton.core.settings import Settings
+from baton.core.errors import FencedError
+from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType
+from baton.core.settings import LeaseSettings
+from baton.ingest.ownership import Ownership
 from baton.ingest.schedulers import SchedulerContext
+from baton.storage import leases
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
+from baton.storage.tables import Scheduler as SchedulerRow
+from baton.testing.factories import add_organisation, fast_settings
+from baton.testing.waiting import wait_until
+
+LEASES = LeaseSettings(lease_seconds=3, renew_deadline_seconds=2, retry_period_seconds=0.1)
 
 
-def test_only_one_elector_leads_and_release_hands_over(pg_store: Store) -> None:
-    first, second = AdvisoryLockLeader(pg_store), AdvisoryLockLeader(pg_store)
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def expire_leadership(store: Store) -> None:
+    """What the passing of the lease time does, without waiting for it."""
+    with store.session() as session:
+        session.execute(text("UPDATE leaders SET expires_at = :past"), {"past": "2000-01-01 00:00:00"})
+
+
+def expire_scheduler_leases(store: Store) -> None:
+    with store.session() as session:
+        session.execute(text("UPDATE schedulers SET lease_expires_at = :past"), {"past": "2000-01-01 00:00:00"})
+
+
+def test_one_leader_at_a_time_and_every_takeover_is_a_new_term(store: Store) -> None:
+    first, second = DatabaseLeaseLeader(store, "a:1", LEASES), DatabaseLeaseLeader(store, "b:2", LEASES)
+    assert first.acquire_or_renew() and first.term == 1
+    assert not second.acquire_or_renew()
+    assert first.acquire_or_renew() and first.term == 1  # renewing keeps the term
+    first.release()
+    assert second.acquire_or_renew() and second.term == 2
+    assert not first.acquire_or_renew()
+    second.release()
+
+
+def test_a_frozen_leader_loses_the_lease_and_cannot_renew_after_a_takeover(store: Store) -> None:
+    frozen, standby = DatabaseLeaseLeader(store, "a:1", LEASES), DatabaseLeaseLeader(store, "b:2", LEASES)
+    assert frozen.acquire_or_renew()
+    assert not standby.acquire_or_renew()  # the lease is still running
+    expire_leadership(store)  # the holder was frozen (SIGSTOP) past its lease, connection open or not
+    assert standby.acquire_or_renew() and standby.term == 2
+    assert not frozen.acquire_or_renew() and frozen.term is None  # resumed: its term is gone
+    standby.release()
+
+
+def test_a_leader_that_cannot_renew_within_the_deadline_steps_down(store: Store) -> None:
+    clock = FakeClock()
+    leader = DatabaseLeaseLeader(store, "a:1", LEASES, clock=clock)
+    assert leader.acquire_or_renew()
+    clock.now += LEASES.renew_deadline_seconds + 0.5  # renewed, but too late (it was frozen)
+    assert not leader.acquire_or_renew() and leader.term is None
+    assert leader.acquire_or_renew() and leader.term == 2  # a fresh term, not the old one carried on
+    leader.release()
+
+
+def test_a_claim_is_a_new_term_and_fencing_refuses_the_previous_one(store: Store) -> None:
+    add_organisation(store, "acme")
+    with store.session() as session:
+        (first,) = leases.claim_schedulers(session, ["boefje-acme"], "w1#a", 10)
+    with store.session() as session:
+        assert leases.claim_schedulers(session, ["boefje-acme"], "w2#b", 10) == []  # held
+    expire_scheduler_leases(store)
+    with store.session() as session:
+        (second,) = leases.claim_schedulers(session, ["boefje-acme"], "w2#b", 10)
+    assert second.term == first.term + 1
+    with store.session() as session:
+        leases.fence(session, second)
+    with pytest.raises(FencedError, match="no longer ours"), store.session() as session:
+        leases.fence(session, first)
+    with store.session() as session:  # the old claim can neither renew nor release the row
+        assert leases.renew_claims(session, [first], 10) == {}
+        assert leases.release_claims(session, [first], "stopped") == 0
+        row = session.get(SchedulerRow, "boefje-acme")
+        assert row is not None and row.owner == "w2#b" and row.term == second.term
+
+
+def test_claims_under_a_leadership_term_only_while_it_is_current(store: Store) -> None:
+    add_organisation(store, "acme")
+    leader = DatabaseLeaseLeader(store, "a:1", LEASES)
+    assert leader.acquire_or_renew() and leader.term is not None
+    with store.session() as session:
+        stale = leases.claim_schedulers(session, ["boefje-acme"], "a#1", 10, leader_term=leader.term + 1)
+        current = leases.claim_schedulers(session, ["normalizer-acme"], "a#1", 10, leader_term=leader.term)
+    assert stale == [] and [claim.scheduler_id for claim in current] == ["normalizer-acme"]
+    leader.release()
+
+
+def test_a_scheduler_whose_row_is_taken_over_stops_without_writing(store: Store) -> None:
+    add_organisation(store, "acme")
+    settings = fast_settings(store.url)
+    context = SchedulerContext(store=store, settings=settings, runner="thread", location="t")
+    runner = ThreadRunner(context)
     try:
-        assert first.acquire_or_renew()
-        assert not second.acquire_or_renew()
-        assert first.acquire_or_renew()  # renewing keeps the lead
-        first.release()
-        assert second.acquire_or_renew()
-        assert not first.acquire_or_renew()
+        assert runner.start_many(sorted(runner_specs())) == sorted(spec.id for spec in runner_specs())
+        running = SchedulerState.RUNNING.value
+        assert wait_until(lambda: all(state_of(store, spec.id) == running for spec in runner_specs()), 20)
+        with store.session() as session:  # what a new leader does first: fence every previous term out
+            session.execute(text("UPDATE schedulers SET owner = NULL, term = term + 1, lease_expires_at = NULL"))
+        assert wait_until(lambda: not any(runner.status(s.id) == SchedulerState.RUNNING for s in runner_specs()), 20)
+        with store.session() as session:
+            rows = session.query(SchedulerRow).all()
+            # nobody wrote `stopped` over rows that are no longer theirs
+            assert {row.owner for row in rows} == {None} and {row.state for row in rows} == {"running"}
     finally:
-        first.release()
-        second.release()
+        runner.shutdown()
 
 
-def test_leader_whose_connection_dies_loses_the_lead_and_a_standby_takes_over(pg_store: Store) -> None:
-    first, second = AdvisoryLockLeader(pg_store), AdvisoryLockLeader(pg_store)
+def runner_specs() -> list[SchedulerSpec]:
+    return [SchedulerSpec("acme", kind) for kind in SchedulerType]
+
+
+def state_of(store: Store, scheduler_id: str) -> str | None:
+    with store.session() as session:
+        row = session.get(SchedulerRow, scheduler_id)
+        return None if row is None else row.state
+
+
+def test_ownership_renews_in_one_round_and_tells_the_loser(store: Store) -> None:
+    add_organisation(store, "acme")
+    ownership = Ownership(store, LEASES, owner="w#1")
+    claims = ownership.claim(["boefje-acme", "normalizer-acme"])
+    lost: list[str] = []
+
+    class Lessee:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def lease_lost(self, reason: str) -> None:
+            lost.append(self.name)
+
+        def set_enabled(self, enabled: bool) -> None:
+            return None
+
+    for scheduler_id, claim in claims.items():
+        ownership.hold(claim, Lessee(scheduler_id))
+    ownership.renew()
+    assert lost == []
+    with store.session() as session:
+        session.execute(text("UPDATE schedulers SET term = term + 1 WHERE id = 'boefje-acme'"))
+    ownership.renew()
+    assert lost == ["boefje-acme"] and [claim.scheduler_id for claim in ownership.held()] == ["normalizer-acme"]
+
+
+def test_only_the_leading_director_reconciles_and_a_new_term_fences_the_old(store: Store) -> None:
+    add_organisation(store, "acme")
+    settings = fast_settings(store.url)
+
+    def director(holder: str) -> Director:
+        context = SchedulerContext(store=store, settings=settings, runner="thread", location=holder)
+        return Director(store, settings, ThreadRunner(context), DatabaseLeaseLeader(store, holder, LEASES), holder)
+
+    leader, standby = director("a:1"), director("b:2")
+    try:
+        assert leader.step() is not None and len(leader.runner.list()) == 3
+        assert standby.step() is None and standby.runner.list() == []
+        expire_leadership(store)  # the leader froze past its lease
+        report = standby.step()
+        assert report is not None and standby.term == 2
+        # The old leader's schedulers were fenced out by the new term at once, the new ones claim.
+        new_owner = standby_owner(standby)
+        assert wait_until(lambda: owners(store) == {new_owner}, 20)
+        assert leader.step() is None  # resumed: it no longer leads and stops what it ran
+        assert leader.runner.list() == []
+    finally:
+        leader.stop()
+        standby.stop()
+
+
+def standby_owner(director: Director) -> str:
+    assert isinstance(director.runner, ThreadRunner)
+    return director.runner.context.leases().owner
+
+
+def owners(store: Store) -> set[str | None]:
+    with store.session() as session:
+        return {row.owner for row in session.query(SchedulerRow).all()}
+
+
+def test_on_postgresql_a_dead_holder_is_replaced_at_once_not_after_its_lease(pg_store: Store) -> None:
+    """The liveness lock: when the leader's connection dies (SIGKILL, a proxy dropping it), a standby
+    takes over without waiting for the lease, in a new term; the old holder cannot renew after that."""
+    first, second = DatabaseLeaseLeader(pg_store, "a:1", LEASES), DatabaseLeaseLeader(pg_store, "b:2", LEASES)
     try:
         assert first.acquire_or_renew()
+        assert not second.acquire_or_renew()  # the holder is alive: its lease counts
         with pg_store.engine.connect() as admin:
             admin.execute(
                 text(
                     "SELECT pg_terminate_backend(pid) FROM pg_locks "
                     "WHERE locktype = 'advisory' AND objid = :key AND granted"
                 ),
-                {"key": first.key},
+                {"key": LIVENESS_LOCK_KEY},
             )
+        assert second.acquire_or_renew() and second.term == 2  # long before the 3 s lease ends
         assert not first.acquire_or_renew()
-        assert second.acquire_or_renew()
     finally:
         first.release()
         second.release()
-
-
-def test_only_the_leading_director_reconciles(pg_store: Store) -> None:
-    with pg_store.session() as session:
-        create_organisation(session, "acme", "Acme", maxsize=10)
-    settings = Settings(database_url=pg_store.url, poll_interval_seconds=0.05)
-
-    def director() -> Director:
-        context = SchedulerContext(store=pg_store, settings=settings, runner="thread", location="t")
-        return Director(pg_store, settings, ThreadRunner(context), AdvisoryLockLeader(pg_store))
-
-    leader, standby = director(), director()
-    try:
-        assert leader.step() is not None and len(leader.runner.list()) == 3
-        assert standby.step() is None and standby.runner.list() == []
-        leader.stop()  # releases the lock and stops its schedulers
-        report = standby.step()
-        assert report is not None and len(report.started) == 3
-    finally:
-        leader.stop()
-        standby.stop()

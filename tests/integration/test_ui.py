@@ -11,7 +11,7 @@ from typing import Any
 import pika
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text, update
+from sqlalchemy import update
 
 from baton.api import create_app
 from baton.core.model import SchedulerState, TaskStatus, utcnow
@@ -20,8 +20,9 @@ from baton.service.metrics import Metrics
 from baton.service.queues import QueueService
 from baton.service.status import BrokerProbe, RateSampler, StatusService, TaskFilter, failed_since
 from baton.service.tokens import Scope, create_token
+from baton.storage import leases
 from baton.storage.engine import Store
-from baton.storage.leaders import record_leadership
+from baton.storage.leases import report_leadership
 from baton.storage.schedulers import record_heartbeat
 from baton.storage.tables import LeaderRecord, Task
 from baton.testing.factories import add_organisation, finish, pop, push
@@ -182,13 +183,12 @@ def test_a_scheduler_whose_heartbeat_stopped_is_flagged_stale(store: Store) -> N
 
 def test_control_plane_shows_the_leader_and_says_what_is_absent(client: TestClient, store: Store) -> None:
     with store.session() as session:
-        record_leadership(session, "director", "host-a:12")
+        report_leadership(session, "director", "host-a:12", 4, utcnow() + timedelta(seconds=15))
     plane = client.get("/ui/api/control-plane").json()
     assert [(row["role"], row["holder"], row["stale"]) for row in plane["leaders"]] == [
         ("director", "host-a:12", False)
     ]
-    assert plane["workers"] is None and "no workers table" in plane["workers_note"]
-    assert plane["lease_owners"] is None
+    assert plane["workers"]["rows"] == []  # no `baton worker` runs
     assert plane["broker"]["configured"] is False and plane["broker"]["error"] == "RabbitMQ not configured"
     assert "RabbitMQ not configured" in client.get("/ui/fragments/control-plane").text
     # The leader rewrites its row every round: one not renewed for longer than the lease is flagged.
@@ -197,46 +197,26 @@ def test_control_plane_shows_the_leader_and_says_what_is_absent(client: TestClie
     assert client.get("/ui/api/control-plane").json()["leaders"][0]["stale"] is True
 
 
-@pytest.fixture
-def newer_schema(store: Store) -> Iterator[Store]:
-    """What a later release adds (scheduler leases, a workers table), made by hand, and taken away."""
-    with store.engine.begin() as conn:
-        conn.execute(text("ALTER TABLE schedulers ADD COLUMN owner VARCHAR(128)"))
-        conn.execute(text("ALTER TABLE schedulers ADD COLUMN term INTEGER"))
-        conn.execute(
-            text("CREATE TABLE workers (id VARCHAR(64) PRIMARY KEY, location VARCHAR(256), lease_until TIMESTAMP)")
-        )
-    try:
-        yield store
-    finally:
-        with store.engine.begin() as conn:
-            conn.execute(text("DROP TABLE workers"))
-            conn.execute(text("ALTER TABLE schedulers DROP COLUMN term"))
-            conn.execute(text("ALTER TABLE schedulers DROP COLUMN owner"))
-
-
 def status_service(store: Store, **settings: Any) -> StatusService:
     config = Settings(database_url=store.url, **settings)
     metrics = Metrics(store)
     return StatusService(store, config, QueueService(store, config, None, metrics), metrics)  # type: ignore[arg-type]
 
 
-def test_workers_and_leases_are_shown_when_the_database_has_them(newer_schema: Store) -> None:
-    store = newer_schema
+def test_workers_and_leases_are_shown(store: Store) -> None:
     add_organisation(store, "acme")
-    with store.engine.begin() as conn:
-        conn.execute(text("UPDATE schedulers SET owner = 'worker-1', term = 3 WHERE id <> 'report-acme'"))
-        conn.execute(text("INSERT INTO workers (id, location, lease_until) VALUES ('worker-1', 'pod-x:1', NULL)"))
+    with store.session() as session:
+        claims = leases.claim_schedulers(session, ["boefje-acme", "normalizer-acme"], "pod-x:1#ab", 15)
+        leases.heartbeat_worker(session, "pod-x:1#ab", 15)
+    assert len(claims) == 2
     status = status_service(store)
     plane = status.control_plane(None)
-    assert plane.workers is not None and plane.workers.columns == ["id", "location", "lease_until"]
-    assert plane.workers.rows == [{"id": "worker-1", "location": "pod-x:1", "lease_until": None}]
-    assert [(owner.owner, owner.schedulers) for owner in plane.lease_owners or []] == [(None, 1), ("worker-1", 2)]
+    assert plane.workers is not None and [row["id"] for row in plane.workers.rows] == ["pod-x:1#ab"]
+    assert [(owner.owner, owner.schedulers) for owner in plane.lease_owners or []] == [(None, 1), ("pod-x:1#ab", 2)]
     page = status.schedulers()
-    assert page.lease_columns == ["owner", "term"]
-    leases = {row.id: row.lease for row in page.schedulers}
-    assert leases["boefje-acme"] == {"owner": "worker-1", "term": 3}
-    assert leases["report-acme"] == {"owner": None, "term": None}
+    lease = {row.id: row.lease for row in page.schedulers}
+    assert lease["boefje-acme"]["owner"] == "pod-x:1#ab" and lease["boefje-acme"]["term"] == 1
+    assert lease["report-acme"]["owner"] is None
 
 
 def test_rabbitmq_dead_letters_and_consumers(amqp_url: str, store: Store) -> None:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from baton.control.leadership import FileLockLeader, default_elector
+from baton.core.model import utcnow
 from baton.storage.engine import Store
+from baton.storage.leases import leadership
 from baton.testing.waiting import wait_until
 
 
@@ -138,21 +139,19 @@ def test_debug_brings_the_traceback_back(tmp_path: Path) -> None:
 # -- two leaders on one SQLite file ----------------------------------------------------------------
 
 
-def test_file_lock_lets_one_elector_lead_per_sqlite_file(tmp_path: Path) -> None:
-    store = Store(f"sqlite:///{tmp_path}/baton.db")
-    first, second = default_elector(store), default_elector(store)
-    assert isinstance(first, FileLockLeader) and isinstance(second, FileLockLeader)
+def leader_pid(url: str) -> int | None:
+    """The pid of the director holding an unexpired leadership lease (holder is host:pid)."""
+    store = Store(url)
     try:
-        assert first.acquire_or_renew()
-        assert not second.acquire_or_renew()
-        assert first.acquire_or_renew()
-        first.release()
-        assert second.acquire_or_renew()
-        assert not first.acquire_or_renew()
+        with store.session() as session:
+            lead = leadership(session)
+    except Exception:  # not migrated yet
+        return None
     finally:
-        first.release()
-        second.release()
         store.dispose()
+    if lead is None or lead.expires_at is None or lead.expires_at < utcnow():
+        return None
+    return int(lead.holder.rsplit(":", 1)[1])
 
 
 @pytest.mark.parametrize("first_command", [["director"], ["serve"]])
@@ -163,21 +162,23 @@ def test_a_second_director_on_one_sqlite_file_waits_as_follower(tmp_path: Path, 
         "BATON_DATABASE_URL": url,
         "BATON_PORT": str(closed_port()),
         "BATON_RECONCILE_INTERVAL_SECONDS": "0.2",
+        "BATON_LEASE_SECONDS": "3",
+        "BATON_RENEW_DEADLINE_SECONDS": "2",
+        "BATON_RETRY_PERIOD_SECONDS": "0.2",
     }
     leader = subprocess.Popen(
         [sys.executable, "-m", "baton", *first_command], env=env, stderr=subprocess.PIPE, text=True
     )
     follower_log = tmp_path / "follower.log"
     try:
-        lock = tmp_path / "baton.db.leader"
-        assert wait_until(lambda: lock.exists() and lock.read_text().strip() == str(leader.pid), 60)
+        assert wait_until(lambda: leader_pid(url) == leader.pid, 60)
         with follower_log.open("w") as log:
             follower = subprocess.Popen([sys.executable, "-m", "baton", "director"], env=env, stderr=log, text=True)
         try:
             assert wait_until(lambda: "waiting as a follower" in follower_log.read_text(), 60)
             leader.send_signal(signal.SIGKILL)
             leader.wait(30)
-            assert wait_until(lambda: lock.read_text().strip() == str(follower.pid), 30)
+            assert wait_until(lambda: leader_pid(url) == follower.pid, 30)  # once the lease ran out
             time.sleep(0.3)
             assert follower.poll() is None
         finally:

@@ -27,7 +27,7 @@ from baton.storage.tables import Scheduler as SchedulerRow
 from baton.testing.waiting import wait_until
 
 FAST = {
-    "BATON_HEARTBEAT_INTERVAL_SECONDS": "0.2",
+    "BATON_RETRY_PERIOD_SECONDS": "0.2",
     "BATON_POLL_INTERVAL_SECONDS": "0.1",
     "BATON_RECONCILE_INTERVAL_SECONDS": "0.2",
 }
@@ -35,7 +35,7 @@ FAST = {
 
 def fast_settings(url: str) -> Settings:
     return Settings(
-        database_url=url, heartbeat_interval_seconds=0.2, poll_interval_seconds=0.05, reconcile_interval_seconds=0.2
+        database_url=url, retry_period_seconds=0.2, poll_interval_seconds=0.05, reconcile_interval_seconds=0.2
     )
 
 
@@ -146,7 +146,7 @@ def test_director_restarts_a_scheduler_with_a_stale_heartbeat(store: Store) -> N
     try:
         director.reconcile()
         assert wait_until(lambda: state_of(store, "boefje-acme") == SchedulerState.RUNNING.value, 10)
-        # heartbeat_interval is 5 s and the timeout 1 s: the heartbeat goes stale.
+        # Leases (and with them heartbeats) are renewed every 2 s and the timeout is 1 s: it goes stale.
         time.sleep(1.5)
         assert "boefje-acme" in director.reconcile().restarted
     finally:

@@ -41,7 +41,7 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = os.environ.get("BATON_UI_SCREENSHOTS")
 TIMINGS = {
     "BATON_LOG_LEVEL": "warning",
-    "BATON_HEARTBEAT_INTERVAL_SECONDS": "0.5",
+    "BATON_RETRY_PERIOD_SECONDS": "0.5",
     "BATON_HEARTBEAT_TIMEOUT_SECONDS": "5",
     "BATON_POLL_INTERVAL_SECONDS": "0.2",
     # The director reconciles once when it starts, and not again during the test: a scheduler whose

@@ -16,11 +16,11 @@ from baton.core.settings import Settings
 
 def test_group_settings_keep_their_flat_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BATON_AMQP_URL", "amqp://u:p@broker:5672/%2F")
-    monkeypatch.setenv("BATON_HEARTBEAT_INTERVAL_SECONDS", "2")
+    monkeypatch.setenv("BATON_RETRY_PERIOD_SECONDS", "2")
     monkeypatch.setenv("BATON_TASK_MAX_ATTEMPTS", "7")
     settings = Settings(poll_interval_seconds=0.5)
     assert settings.amqp.url == "amqp://u:p@broker:5672/%2F"
-    assert settings.timing.heartbeat_interval_seconds == 2  # from the environment
+    assert settings.leases.retry_period_seconds == 2  # from the environment
     assert settings.timing.poll_interval_seconds == 0.5  # given by its flat name
     assert settings.recovery.task_max_attempts == 7
 

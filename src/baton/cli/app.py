@@ -103,6 +103,9 @@ def standalone(
     scheduler: Annotated[SchedulerType, typer.Option(help="Scheduler type.")],
     runner_name: Annotated[str, typer.Option(help="Runner name shown in /schedulers.")] = "standalone",
     stop_timeout: Annotated[float, typer.Option(help="Seconds allowed for a graceful stop.")] = 10.0,
+    leader_term: Annotated[
+        int | None, typer.Option(help="Claim the scheduler only while this director term leads.", hidden=True)
+    ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Stand-alone mode: run exactly one scheduler for one organisation in the foreground (what a
@@ -110,7 +113,17 @@ def standalone(
     from baton.runtime import run_standalone
 
     settings = load_settings(database_url=database_url)
-    run_standalone(settings, SchedulerSpec(organisation, scheduler), runner_name, stop_timeout)
+    run_standalone(settings, SchedulerSpec(organisation, scheduler), runner_name, stop_timeout, leader_term)
+
+
+@app.command()
+def worker(database_url: DatabaseUrl = None) -> None:
+    """Worker mode: run a fair share of all schedulers as threads, shared with every other worker on
+    the same PostgreSQL (claimed with leases, handed over on SIGTERM, taken over when one dies).
+    Scale by adding workers; run workers instead of a director, not beside one."""
+    from baton.runtime import run_worker
+
+    run_worker(load_settings(database_url=database_url))
 
 
 publish_app = typer.Typer(help="Publish an event to RabbitMQ (BATON_AMQP_URL), to drive Baton by hand.")

@@ -8,6 +8,7 @@ idempotent, so a restarted director simply converges again.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -20,12 +21,11 @@ from baton.core.model import SchedulerSpec, utcnow
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
 from baton.storage.engine import Store
-from baton.storage.leaders import record_leadership
+from baton.storage.leases import DIRECTOR_ROLE, report_leadership, revoke_claims
 from baton.storage.schedulers import all_specs, heartbeats
 from baton.storage.tasks import requeue_stuck
 
 log = get_logger("baton.director")
-DIRECTOR_ROLE = "director"
 
 
 @dataclass
@@ -55,6 +55,10 @@ class Director(BackgroundService):
         self.runner = runner
         self.elector = elector or SingleProcessLeader()
         self.is_leader = False
+        self.term: int | None = None
+        self._said_following = False
+        self._office = threading.RLock()  # taking office, stepping down and reconciling never interleave
+        self._wake = threading.Event()
 
     def desired(self) -> set[SchedulerSpec]:
         with self.store.session() as session:
@@ -74,9 +78,23 @@ class Director(BackgroundService):
         }
 
     def record_leadership(self) -> None:
-        """Report (not decide) who leads: a row other replicas' /metrics and the failover harness read."""
+        """With an elector outside the database (a Kubernetes Lease), report who leads in the
+        `leaders` row that /schedulers, /metrics and the status page read."""
+        if self.elector.recorded_in_database:
+            return
         with self.store.session() as session:
-            record_leadership(session, DIRECTOR_ROLE, self.holder)
+            report_leadership(session, DIRECTOR_ROLE, self.holder, self.term or 0, None)
+
+    def take_office(self, term: int | None) -> None:
+        """A new term: our runner claims under it and, for schedulers that live and die with their
+        director (threads, child processes), what any previous term started is fenced out now."""
+        self.is_leader, self.term, self._said_following = True, term, False
+        self.runner.follow_leader(term)
+        if term is None or not self.runner.revokes_on_takeover:
+            return
+        with self.store.session() as session:
+            revoked = revoke_claims(session, term)
+        log.info("leading", term=term, revoked_claims=revoked)
 
     def recover_stuck_tasks(self) -> tuple[int, int]:
         """Re-queue tasks whose runner went silent (SKIP LOCKED: safe even if two leaders overlap)."""
@@ -92,9 +110,7 @@ class Director(BackgroundService):
         report = ReconcileReport(restarted=self.runner.supervise())
         desired = self.desired()
         actual = set(self.runner.list())
-        for spec in sorted(desired - actual):
-            self.runner.start(spec)
-            report.started.append(spec.id)
+        report.started = self.runner.start_many(sorted(desired - actual))
         for spec in sorted(actual - desired):
             self.runner.stop(spec.id)
             report.stopped.append(spec.id)
@@ -106,31 +122,64 @@ class Director(BackgroundService):
             log.info("reconciled", started=report.started, stopped=report.stopped, restarted=report.restarted)
         return report
 
-    def step(self) -> ReconcileReport | None:
-        """One round: renew leadership, then reconcile if leading. A lost lead stops everything."""
+    def keep_leadership(self) -> bool:
+        """Acquire or renew the lead; a new term takes office, a lost one stops everything."""
         leading = self.elector.acquire_or_renew()
-        if not leading:
-            if self.is_leader:
-                log.warning("lost leadership; stopping local schedulers")
-                self.runner.shutdown()
-            self.is_leader = False
+        with self._office:
+            if not leading:
+                if self.is_leader:
+                    log.warning("lost leadership; stopping local schedulers", term=self.term)
+                    self.runner.shutdown()
+                elif not self._said_following:
+                    log.info("another director leads; waiting as a follower", holder=self.holder)
+                self._said_following = True
+                self.is_leader, self.term = False, None
+                return False
+            if not self.is_leader or self.elector.term != self.term:
+                self.take_office(self.elector.term)
+                self._wake.set()  # reconcile at once, not at the next round
+        return True
+
+    def step(self, renew: bool = True) -> ReconcileReport | None:
+        """One round: (renew leadership, unless a thread of its own does,) then reconcile if leading."""
+        if renew and not self.keep_leadership():
             return None
-        self.is_leader = True
-        self.record_leadership()
-        report = self.reconcile()
-        report.requeued, report.failed = self.recover_stuck_tasks()
-        return report
+        with self._office:
+            if not self.is_leader:
+                return None
+            self.record_leadership()
+            report = self.reconcile()
+            report.requeued, report.failed = self.recover_stuck_tasks()
+            return report
+
+    def _renew_until_stopped(self) -> None:
+        """Leadership is renewed every retry period in a thread of its own, so a long reconcile
+        round (thousands of schedulers to start) never makes a renewal late."""
+        while not self.stopping:
+            try:
+                self.keep_leadership()
+            except Exception:
+                log.exception("leadership round failed; retrying")
+            self._stop.wait(self.settings.leases.retry_period_seconds)
 
     def run(self) -> None:
         log.info("director running", runner=self.runner.name)
+        renewer = threading.Thread(target=self._renew_until_stopped, name="leadership", daemon=True)
+        renewer.start()
         while not self.stopping:
             try:
-                self.step()
+                self.step(renew=False)
             except Exception:
                 log.exception("reconcile round failed; retrying")
-            self._stop.wait(self.settings.timing.reconcile_interval_seconds)
+            self._wake.wait(self.settings.timing.reconcile_interval_seconds)
+            self._wake.clear()
+        renewer.join(10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._wake.set()
+        super().stop(timeout)
 
     def stopped(self, timeout: float) -> None:
         self.runner.shutdown(timeout)
         self.elector.release()
-        self.is_leader = False
+        self.is_leader, self.term = False, None

@@ -110,6 +110,7 @@ class KubernetesRunner:
     """Runner interface (see runners.py) with pods; the cluster is the source of truth."""
 
     name = "kubernetes"
+    revokes_on_takeover = False
 
     def __init__(self, api: client.ApiClient, settings: Settings, namespace: str) -> None:
         self.core = client.CoreV1Api(api)
@@ -213,6 +214,15 @@ class KubernetesRunner:
             found[SchedulerSpec(organisation, SchedulerType(kind)).id] = pod
         return found
 
+    def follow_leader(self, term: int | None) -> None:
+        """Pods claim their rows on their own (they outlive directors); no term to pass on."""
+        return None
+
+    def start_many(self, specs: builtins.list[SchedulerSpec]) -> builtins.list[str]:
+        for spec in specs:
+            self.start(spec)
+        return [spec.id for spec in specs]
+
     def start(self, spec: SchedulerSpec) -> None:
         try:
             # The client serialises plain dicts as they are; the manifest reads like the YAML it is.
@@ -273,15 +283,30 @@ class LeaseElector:
     """Leader election on a `coordination.k8s.io/v1` Lease: acquire when free or expired, renew
     while leading, and stop leading the moment a renewal fails or would come too late."""
 
+    recorded_in_database = False
+
     def __init__(
-        self, api: client.ApiClient, namespace: str, name: str, identity: str, lease_seconds: int = 15
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_seconds: int = 15,
+        renew_deadline_seconds: float | None = None,
     ) -> None:
         self.coordination = client.CoordinationV1Api(api)
         self.namespace = namespace
         self.name = name
         self.identity = identity
         self.lease_seconds = lease_seconds
+        self.renew_deadline_seconds = renew_deadline_seconds or lease_seconds * 2 / 3
         self._renewed_at: datetime | None = None
+        self._term: int | None = None
+
+    @property
+    def term(self) -> int | None:
+        """The Lease's `leaseTransitions` when we took it: grows with every change of holder."""
+        return self._term
 
     def _spec(self, transitions: int, acquired: datetime | None) -> client.V1LeaseSpec:
         now = _now()
@@ -305,6 +330,7 @@ class LeaseElector:
             leading = False
         if not leading:
             self._renewed_at = None
+            self._term = None
         return leading
 
     def _try(self) -> bool:
@@ -318,7 +344,7 @@ class LeaseElector:
                 metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace), spec=self._spec(0, None)
             )
             self.coordination.create_namespaced_lease(self.namespace, body)
-            self._renewed_at = now
+            self._renewed_at, self._term = now, 0
             log.info("lease created; leading", lease=self.name)
             return True
         spec = lease.spec or client.V1LeaseSpec()
@@ -327,9 +353,12 @@ class LeaseElector:
         renewed = spec.renew_time
         expired = renewed is None or renewed + duration < now
         if holder == self.identity:
-            if self._renewed_at is not None and now - self._renewed_at > timedelta(seconds=self.lease_seconds):
-                return False  # we were too slow: another director may already lead
-            lease.spec = self._spec(spec.lease_transitions or 0, spec.acquire_time)
+            if self._renewed_at is None or now - self._renewed_at > timedelta(seconds=self.renew_deadline_seconds):
+                # Too slow (frozen?) or a previous life of ours: our schedulers may have been
+                # handed on meanwhile, so take the lease as a new term rather than carry on.
+                lease.spec = self._spec((spec.lease_transitions or 0) + 1, None)
+            else:
+                lease.spec = self._spec(spec.lease_transitions or 0, spec.acquire_time)
         elif holder and not expired:
             return False
         else:
@@ -337,7 +366,7 @@ class LeaseElector:
             log.info("taking over the lease", lease=self.name, previous=holder)
         # resourceVersion travels with `lease`: a concurrent writer makes this a 409.
         self.coordination.replace_namespaced_lease(self.name, self.namespace, lease)
-        self._renewed_at = now
+        self._renewed_at, self._term = now, lease.spec.lease_transitions
         return True
 
     def release(self) -> None:
@@ -350,3 +379,4 @@ class LeaseElector:
         except Exception as exc:
             log.warning("could not release the lease", error=repr(exc))
         self._renewed_at = None
+        self._term = None

@@ -1,30 +1,49 @@
-"""Leader election: only one director reconciles at a time.
+"""Leader election: only one director reconciles at a time, and only for a bounded time without
+renewing.
 
-`AdvisoryLockLeader` holds a PostgreSQL session-level advisory lock on a dedicated connection: it is
-released by the server the moment the holder's connection dies (process killed, network gone), so a
-standby takes over on its next attempt. `FileLockLeader` does the same for a SQLite file with an
-exclusive file lock, so two directors (or `baton serve` and `baton director`) on one file never both
-lead. k8s.py adds a `coordination.k8s.io` Lease elector with the same interface.
+`DatabaseLeaseLeader` holds a lease row in the database (storage/leases.py): renewed every retry
+period, taken over by a conditional UPDATE once expired, every takeover a new term. The holder
+stops acting when it could not renew within the renew deadline, which comes before the lease ends,
+so in normal operation two terms never overlap; when they do (a frozen process resumes), fencing
+refuses the old term's writes. kubernetes.py adds a `coordination.k8s.io` Lease elector with the
+same interface.
+
+On PostgreSQL the leader also holds a session advisory lock on a connection of its own, as a fast
+liveness signal only: the server frees it the moment the holder's connection dies (SIGKILL, node
+lost, connection terminated), so a standby that gets the lock takes the lease over at once instead
+of waiting for it to expire, provided the lease row says its holder had the lock (a leader that
+took over from a frozen one may not have it yet). A frozen holder keeps its connection, hence the
+lock, and then the lease's expiry decides. Safety never rests on the lock: every takeover is a new term, and fencing
+refuses whatever the previous term still tries to write.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
-from pathlib import Path
-from typing import Protocol, TextIO
+import time
+from collections.abc import Callable
+from typing import Protocol
 
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from baton.core.logging import get_logger
+from baton.core.settings import LeaseSettings
+from baton.storage import leases
 from baton.storage.engine import Store
 
 log = get_logger("baton.leader")
-DIRECTOR_LOCK_KEY = 0x0BA7_0002
+LIVENESS_LOCK_KEY = 0x0BA7_0002
 
 
 class LeaderElector(Protocol):
+    #: True when the elector's own state is the `leaders` row (nothing for the director to report)
+    recorded_in_database: bool
+
+    @property
+    def term(self) -> int | None:
+        """The term this process leads in (grows with every takeover); None while not leading."""
+        ...
+
     def acquire_or_renew(self) -> bool:
         """Try to be (or stay) leader; True while this process leads."""
         ...
@@ -33,111 +52,145 @@ class LeaderElector(Protocol):
         """Step down (on shutdown) so a standby takes over without waiting."""
 
 
-class SingleProcessLeader:
-    def acquire_or_renew(self) -> bool:
-        return True
+class DatabaseLeaseLeader:
+    recorded_in_database = True
 
-    def release(self) -> None:
-        return None
-
-
-class AdvisoryLockLeader:
-    def __init__(self, store: Store, key: int = DIRECTOR_LOCK_KEY) -> None:
+    def __init__(
+        self,
+        store: Store,
+        holder: str,
+        settings: LeaseSettings,
+        role: str = leases.DIRECTOR_ROLE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
-        self.key = key
-        self._conn: Connection | None = None
+        self.holder = holder
+        self.settings = settings
+        self.role = role
+        self._clock = clock
+        self._term: int | None = None
+        self._renewed_at = 0.0
+        self._lock_conn: Connection | None = None
+
+    @property
+    def term(self) -> int | None:
+        return self._term
 
     def acquire_or_renew(self) -> bool:
-        if self._conn is not None:
+        if self._term is None:
+            return self._acquire()
+        return self._renew(self._term)
+
+    # -- the liveness lock (PostgreSQL) ------------------------------------------------------------
+
+    def _hold_liveness_lock(self) -> bool:
+        """True when this process holds the lock now, newly or still (its connection answers)."""
+        if not self.store.is_postgresql:
+            return False
+        if self._lock_conn is not None:
             try:
-                self._conn.execute(text("SELECT 1"))
-                self._conn.commit()  # never sit "idle in transaction" while leading
+                self._lock_conn.execute(text("SELECT 1"))
+                self._lock_conn.commit()
                 return True
             except DBAPIError:
-                log.warning("lost the database connection holding the leader lock")
-                self._drop_connection()
-                return False
+                self._drop_liveness_lock()
         try:
             conn = self.store.engine.connect()
         except DBAPIError:
             return False
         try:
-            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": self.key}).scalar())
+            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": LIVENESS_LOCK_KEY}).scalar())
             conn.commit()
         except DBAPIError:
-            conn.close()
-            return False
+            got = False
         if not got:
             conn.close()
             return False
-        self._conn = conn
-        log.info("became leader")
+        self._lock_conn = conn
         return True
 
-    def _drop_connection(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.invalidate()
-                self._conn.close()
-            except DBAPIError:
-                pass
-            self._conn = None
-
-    def release(self) -> None:
-        if self._conn is None:
+    def _drop_liveness_lock(self) -> None:
+        conn, self._lock_conn = self._lock_conn, None
+        if conn is None:
             return
         try:
-            self._conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": self.key})
-            self._conn.commit()
+            conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": LIVENESS_LOCK_KEY})
+            conn.commit()
         except DBAPIError:
             pass
-        self._drop_connection()
-
-
-class FileLockLeader:
-    """SQLite: an exclusive `flock` on a file beside the database. The kernel releases it when the
-    holder's process dies, so a waiting director (or `baton serve`) takes over on its next round."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._handle: TextIO | None = None
-        self._said_waiting = False
-
-    def acquire_or_renew(self) -> bool:
-        if self._handle is not None:
-            return True
-        handle = open(self.path, "a+")  # noqa: SIM115 - held open for as long as we lead
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            if not self._said_waiting:
-                log.warning(
-                    "another director leads on this SQLite database; waiting as a follower", lock=str(self.path)
+            conn.invalidate()
+            conn.close()
+        except DBAPIError:
+            pass
+
+    # -- the lease ---------------------------------------------------------------------------------
+
+    def _acquire(self) -> bool:
+        started = self._clock()
+        holds_lock = self._hold_liveness_lock()
+        try:
+            with self.store.session() as session:
+                term = leases.try_acquire_leadership(
+                    session, self.role, self.holder, self.settings.lease_seconds, holds_lock
                 )
-                self._said_waiting = True
+        except DBAPIError:
+            self._drop_liveness_lock()
             return False
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        self._handle = handle
-        self._said_waiting = False
-        log.info("became leader", lock=str(self.path))
+        if term is None:
+            self._drop_liveness_lock()
+            return False
+        self._term, self._renewed_at = term, started
+        log.info("became leader", role=self.role, term=term, holder=self.holder)
+        return True
+
+    def _renew(self, term: int) -> bool:
+        started = self._clock()
+        try:
+            with self.store.session() as session:
+                renewed = leases.renew_leadership(session, self.role, self.holder, term, self.settings.lease_seconds)
+        except DBAPIError as exc:
+            if started - self._renewed_at <= self.settings.renew_deadline_seconds:
+                log.warning("could not renew leadership; retrying", term=term, error=str(exc.orig).splitlines()[0])
+                return True
+            log.warning("leadership not renewed within the renew deadline; stepping down", term=term)
+            self._term = None
+            self._drop_liveness_lock()
+            return False
+        if not renewed:
+            log.warning("leadership taken over by another director", term=term)
+            self._term = None
+            self._drop_liveness_lock()
+            return False
+        if started - self._renewed_at > self.settings.renew_deadline_seconds:
+            # Renewed, but after the deadline (we were frozen?): our schedulers were told to stop,
+            # so begin a new term rather than carry on in this one.
+            log.warning("leadership renewed too late; stepping down", term=term)
+            self.release()
+            return False
+        self._renewed_at = started
         return True
 
     def release(self) -> None:
-        if self._handle is None:
+        term, self._term = self._term, None
+        self._drop_liveness_lock()
+        if term is None:
             return
-        fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)
-        self._handle.close()
-        self._handle = None
+        try:
+            with self.store.session() as session:
+                leases.release_leadership(session, self.role, self.holder, term)
+        except DBAPIError:
+            pass  # the lease simply expires
 
 
-def default_elector(store: Store) -> LeaderElector:
-    if store.is_postgresql:
-        return AdvisoryLockLeader(store)
-    database = store.engine.url.database
-    if not database or database == ":memory:":
-        return SingleProcessLeader()  # an in-memory database is private to this process anyway
-    return FileLockLeader(Path(database).expanduser().resolve().with_name(Path(database).name + ".leader"))
+class SingleProcessLeader:
+    """Leads always, without a term: for tests and tools that run one director by construction."""
+
+    term: int | None = None
+    recorded_in_database = False
+
+    def acquire_or_renew(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None

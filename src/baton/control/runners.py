@@ -22,17 +22,19 @@ from typing import Generic, Protocol, TypeVar
 from baton.core.backoff import RESTART, Backoff, fresh
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec, SchedulerState
+from baton.ingest.ownership import owner_prefix
 from baton.ingest.schedulers import Scheduler, SchedulerContext, build_scheduler
 from baton.storage.engine import Store
-from baton.storage.schedulers import mark_failed
+from baton.storage.leases import Claim, mark_failed_unless_claimed
 
 log = get_logger("baton.runners")
 STABLE_AFTER_SECONDS = 30.0
 
 
-def standalone_args(spec: SchedulerSpec, runner_name: str) -> list[str]:
-    """`baton` arguments that run `spec` in stand-alone mode: what a child process or a pod runs."""
-    return [
+def standalone_args(spec: SchedulerSpec, runner_name: str, leader_term: int | None = None) -> list[str]:
+    """`baton` arguments that run `spec` in stand-alone mode: what a child process or a pod runs.
+    With `leader_term`, the scheduler claims its row only while that leadership term holds."""
+    args = [
         "standalone",
         "--organisation",
         spec.organisation,
@@ -41,13 +43,24 @@ def standalone_args(spec: SchedulerSpec, runner_name: str) -> list[str]:
         "--runner-name",
         runner_name,
     ]
+    return args if leader_term is None else [*args, "--leader-term", str(leader_term)]
 
 
 class Runner(Protocol):
     name: str
+    #: Its schedulers live and die with the director (threads, children): a new leader fences out
+    #: whatever a previous term started. Pods outlive directors and are adopted instead.
+    revokes_on_takeover: bool
 
     def start(self, spec: SchedulerSpec) -> None:
         """Start a scheduler; a no-op when it already runs (reconcile is idempotent)."""
+
+    def start_many(self, specs: builtins.list[SchedulerSpec]) -> builtins.list[str]:
+        """Start several (batched where the runner can); the ids actually started."""
+        ...
+
+    def follow_leader(self, term: int | None) -> None:
+        """Schedulers started from now on claim their rows under this leadership term."""
 
     def stop(self, scheduler_id: str, timeout: float = 10.0) -> None:
         """Stop a scheduler gracefully, forcefully after `timeout`; forget it."""
@@ -87,11 +100,25 @@ class SupervisingRunner(ABC, Generic[Handle]):
     """Bookkeeping shared by runners of local schedulers: idempotent start, restart with backoff."""
 
     name = "abstract"
+    revokes_on_takeover = True
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.leader_term: int | None = None
         self._entries: dict[str, Supervised[Handle]] = {}
         self._lock = threading.RLock()
+
+    def follow_leader(self, term: int | None) -> None:
+        self.leader_term = term
+
+    def start_many(self, specs: builtins.list[SchedulerSpec]) -> builtins.list[str]:
+        for spec in specs:
+            self.start(spec)
+        return [spec.id for spec in specs]
+
+    @abstractmethod
+    def _owner_prefix(self, handle: Handle) -> str:
+        """What the owner id of the claims `handle` makes starts with."""
 
     @abstractmethod
     def _launch(self, spec: SchedulerSpec) -> Handle: ...
@@ -149,7 +176,7 @@ class SupervisingRunner(ABC, Generic[Handle]):
                 if entry.restart_at is None:
                     delay = entry.backoff.next()
                     entry.restart_at = now + delay
-                    self._mark_failed(scheduler_id)
+                    self._mark_failed(scheduler_id, self._owner_prefix(entry.handle))
                     log.warning("scheduler died; restarting after backoff", scheduler=scheduler_id, delay=delay)
                 if now >= entry.restart_at:
                     entry.handle = self._launch(entry.spec)
@@ -158,11 +185,12 @@ class SupervisingRunner(ABC, Generic[Handle]):
                     restarted.append(scheduler_id)
         return restarted
 
-    def _mark_failed(self, scheduler_id: str) -> None:
-        """A dead scheduler cannot report itself: show it failed until it is back."""
+    def _mark_failed(self, scheduler_id: str, owner_prefix: str) -> None:
+        """A dead scheduler cannot report itself: show it failed until it is back (only while no one
+        else holds its row)."""
         try:
             with self.store.session() as session:
-                mark_failed(session, scheduler_id)
+                mark_failed_unless_claimed(session, scheduler_id, owner_prefix)
         except Exception:
             log.warning("could not mark scheduler failed", scheduler=scheduler_id)
 
@@ -189,8 +217,55 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
         super().__init__(context.store)
         self.context = context
 
-    def _launch(self, spec: SchedulerSpec) -> ThreadHandle:
-        scheduler = build_scheduler(spec, self.context)
+    def launch_claimed(self, specs_and_claims: builtins.list[tuple[SchedulerSpec, Claim]]) -> builtins.list[str]:
+        """Run schedulers whose rows were claimed already (a worker's share)."""
+        started = []
+        with self._lock:
+            for spec, claim in specs_and_claims:
+                if spec.id not in self._entries:
+                    self._entries[spec.id] = Supervised(spec, self._launch(spec, claim))
+                    started.append(spec.id)
+        return started
+
+    def forget_dead(self) -> builtins.list[str]:
+        """Drop schedulers whose thread ended (stopped, failed or fenced) instead of restarting them:
+        for a worker, whose rows any peer may claim again."""
+        with self._lock:
+            dead = [scheduler_id for scheduler_id, entry in self._entries.items() if not entry.handle.thread.is_alive()]
+            for scheduler_id in dead:
+                del self._entries[scheduler_id]
+        return dead
+
+    def follow_leader(self, term: int | None) -> None:
+        super().follow_leader(term)
+        self.context.leases().leader_term = term
+
+    def start_many(self, specs: builtins.list[SchedulerSpec]) -> builtins.list[str]:
+        """One claim statement for all of them; what another owner still holds is left for a later
+        round (reconcile retries it)."""
+        with self._lock:
+            wanted = [spec for spec in specs if spec.id not in self._entries]
+        if not wanted:
+            return []
+        ownership = self.context.leases()
+        ownership.start_in_background()
+        claims = ownership.claim([spec.id for spec in wanted], runner=self.name)
+        started = []
+        with self._lock:
+            for spec in wanted:
+                claim = claims.get(spec.id)
+                if claim is not None and spec.id not in self._entries:
+                    self._entries[spec.id] = Supervised(spec, self._launch(spec, claim))
+                    started.append(spec.id)
+        if started:
+            log.info("schedulers started", count=len(started), runner=self.name)
+        return started
+
+    def _owner_prefix(self, handle: ThreadHandle) -> str:
+        return self.context.leases().owner
+
+    def _launch(self, spec: SchedulerSpec, claim: Claim | None = None) -> ThreadHandle:
+        scheduler = build_scheduler(spec, self.context, claim)
         thread = threading.Thread(target=self._run, args=(scheduler,), name=f"scheduler-{spec.id}", daemon=True)
         thread.start()
         return ThreadHandle(scheduler, thread)
@@ -235,7 +310,10 @@ class ProcessRunner(SupervisingRunner["subprocess.Popen[bytes]"]):
         self.extra_env = extra_env or {}
 
     def command(self, spec: SchedulerSpec) -> list[str]:
-        return [sys.executable, "-m", "baton", *standalone_args(spec, self.name)]
+        return [sys.executable, "-m", "baton", *standalone_args(spec, self.name, self.leader_term)]
+
+    def _owner_prefix(self, handle: subprocess.Popen[bytes]) -> str:
+        return owner_prefix(handle.pid)
 
     def _launch(self, spec: SchedulerSpec) -> subprocess.Popen[bytes]:
         env = {**os.environ, **self.extra_env, "BATON_DATABASE_URL": self.database_url}

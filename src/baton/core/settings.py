@@ -2,7 +2,7 @@
 
 Settings come in groups (`amqp`, `k8s`, `timing`, `recovery`, `leases`) so that each part of Baton
 takes only what it needs; every variable keeps its flat `BATON_*` name (BATON_AMQP_URL,
-BATON_HEARTBEAT_INTERVAL_SECONDS, ...).
+BATON_RETRY_PERIOD_SECONDS, ...).
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ class K8sSettings(BaseSettings):
 class TimingSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BATON_", extra="ignore")
 
-    heartbeat_interval_seconds: float = Field(5.0, gt=0, description="How often schedulers heartbeat.")
     heartbeat_timeout_seconds: float = Field(
         30.0, gt=0, description="A scheduler whose heartbeat is older than this is shown failed."
     )

@@ -7,7 +7,6 @@ a `SchedulerContext` (store, settings, where it runs, where its events come from
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -22,7 +21,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from baton.core.cron import next_cron_run
-from baton.core.errors import NotFoundError, QueueDisabledError, QueueFullError, UnprocessableError
+from baton.core.errors import FencedError, NotFoundError, QueueDisabledError, QueueFullError, UnprocessableError
 from baton.core.filters import Condition
 from baton.core.jobs import (
     JOB_MODELS,
@@ -54,11 +53,12 @@ from baton.ingest.events import (
     parse_event,
     raw_data_of,
 )
+from baton.ingest.ownership import Ownership
 from baton.storage import queues
 from baton.storage.engine import Store, insert_for, on_postgresql
 from baton.storage.filters import compile_tree
+from baton.storage.leases import Claim, fence
 from baton.storage.queues import PushRequest
-from baton.storage.schedulers import record_heartbeat
 from baton.storage.schedules import claim_due
 from baton.storage.tables import BoefjeRun, Task
 from baton.storage.tables import Schedule as ScheduleRow
@@ -79,20 +79,31 @@ class SchedulerContext:
     source_factory: Callable[[SchedulerSpec], EventSource | None] = default_source
     catalogue: PluginCatalogue = field(default_factory=DatabaseCatalogue)
     clock: Callable[[], datetime] = utcnow
+    ownership: Ownership | None = None  # shared by the schedulers of one process; made on first use
+
+    def leases(self) -> Ownership:
+        if self.ownership is None:
+            self.ownership = Ownership(
+                self.store, self.settings.leases, hung_after_seconds=self.settings.timing.heartbeat_timeout_seconds
+            )
+        return self.ownership
 
 
 class Scheduler(ABC):
-    """Lifecycle: `run()` blocks until `stop()`; heartbeats carry state, runner and location."""
+    """Lifecycle: `run()` claims the scheduler's row, loops until `stop()` (or until the claim is
+    lost) and gives the row up. Its state and heartbeat ride on the process's lease renewals."""
 
     type: ClassVar[SchedulerType]
     batch_size: ClassVar[int] = 100
 
-    def __init__(self, spec: SchedulerSpec, context: SchedulerContext) -> None:
+    def __init__(self, spec: SchedulerSpec, context: SchedulerContext, claim: Claim | None = None) -> None:
         self.spec = spec
         self.context = context
         self.store = context.store
         self.settings = context.settings
+        self.claim = claim
         self._stop = threading.Event()
+        self._lost: str | None = None
         self.enabled = True
         self.state = SchedulerState.STOPPED
         self.log = log.bind(scheduler=spec.id, runner=context.runner)
@@ -104,62 +115,99 @@ class Scheduler(ABC):
     def stop(self) -> None:
         self._stop.set()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep unless stopped; True when stopped."""
+        return self._stop.wait(seconds)
+
+    # -- ownership (Lessee) -------------------------------------------------------------------------
+
+    def lease_lost(self, reason: str) -> None:
+        """Someone else runs this scheduler now (or may soon): stop at once, write nothing more."""
+        if self._lost is None:
+            self._lost = reason
+            self.log.warning("scheduler lost its lease; stopping without writing", reason=reason)
+        self._stop.set()
+
+    def set_enabled(self, enabled: bool) -> None:
+        self.enabled = enabled
+
     @contextmanager
     def transaction(self) -> Iterator[Session]:
-        """The one way a scheduler writes: one transaction, in which its ownership of its row is
-        checked (fencing) before anything it writes commits."""
+        """The one way a scheduler writes: one transaction that starts with the fencing check of its
+        claim (storage/leases.py), so nothing commits once another term holds the row."""
+        if self._lost is not None:
+            raise FencedError(self._lost)
+        claim = self._acquire()  # run() claims first; a tick driven directly claims here
+        if claim is None:
+            raise FencedError(f"scheduler '{self.id}' is held by another owner (or its organisation is gone)")
         with self.store.session() as session:
+            fence(session, claim)
             yield session
 
-    def heartbeat(self, state: SchedulerState) -> bool:
-        """Record live state; returns False when the scheduler's row is gone (organisation deleted)."""
+    def _report(self, state: SchedulerState) -> None:
         self.state = state
-        with self.transaction() as session:
-            row = record_heartbeat(
-                session,
-                self.id,
-                state=state,
-                runner=self.context.runner,
-                location=self.context.location,
-                now=self.context.clock(),
-            )
-            if row is None:
-                return False
-            self.enabled = row.enabled
-        return True
+        self.context.leases().report(self.id, state.value)
+
+    def _acquire(self) -> Claim | None:
+        if self.claim is None:
+            self.claim = self.context.leases().claim([self.id], runner=self.context.runner).get(self.id)
+        return self.claim
+
+    def _wait_for_claim(self) -> Claim | None:
+        """A previous instance that died without giving the row up holds it until its lease ends:
+        wait for that (or for a stop) rather than fail and be restarted in a loop."""
+        said = False
+        while not self._stop.is_set():
+            claim = self._acquire()
+            if claim is not None:
+                return claim
+            if not said:
+                self.log.info("waiting for the scheduler's lease to be free (held elsewhere, or organisation gone)")
+                said = True
+            self._stop.wait(self.settings.leases.retry_period_seconds)
+        return None
 
     def run(self) -> None:
-        self.log.info("scheduler starting")
-        interval = self.settings.timing.heartbeat_interval_seconds
-        next_beat = 0.0
+        ownership = self.context.leases()
+        ownership.start_in_background()
+        claim = self._wait_for_claim()
+        if claim is None:
+            return
+        ownership.hold(claim, self)
+        self.log.info("scheduler starting", term=claim.term, owner=claim.owner)
+        final = SchedulerState.STOPPED
         try:
-            if not self.heartbeat(SchedulerState.STARTING):
-                self.log.warning("scheduler has no queue (organisation gone); not starting")
-                return
+            self._report(SchedulerState.STARTING)
             self.setup()
             while not self._stop.is_set():
-                if time.monotonic() >= next_beat:
-                    if not self.heartbeat(SchedulerState.RUNNING):
-                        self.log.info("organisation deleted; scheduler stops")
-                        return
-                    next_beat = time.monotonic() + interval
+                self._report(SchedulerState.RUNNING)
                 busy = self._tick_safely() if self.enabled else 0
                 if not busy:
                     self._stop.wait(self.settings.timing.poll_interval_seconds)
+        except FencedError as exc:
+            self.lease_lost(str(exc))
         except Exception:
             self.log.exception("scheduler failed")
-            self._final_heartbeat(SchedulerState.FAILED)
+            final = SchedulerState.FAILED
             raise
         finally:
             self.teardown()
-        self._final_heartbeat(SchedulerState.STOPPED)
-        self.log.info("scheduler stopped")
+            self._give_up(claim, final)
 
-    def _final_heartbeat(self, state: SchedulerState) -> None:
+    def _give_up(self, claim: Claim, state: SchedulerState) -> None:
+        self.state = state
+        if self._lost is not None:
+            self.context.leases().forget(self.id)
+            return
         try:
-            self.heartbeat(state)
-        except Exception:  # the database may be the reason we are stopping
-            self.log.warning("could not record final state", state=state.value)
+            self.context.leases().release(claim, state.value)
+        except Exception:  # the database may be the reason we are stopping; the lease then expires
+            self.log.warning("could not release the scheduler's lease", state=state.value)
+        self.log.info("scheduler stopped", state=state.value)
 
     def _tick_safely(self) -> int:
         try:
@@ -185,8 +233,8 @@ class Scheduler(ABC):
 class EventDrivenScheduler(Scheduler):
     """Turns events from its source into tasks; ack only after the commit that handled them."""
 
-    def __init__(self, spec: SchedulerSpec, context: SchedulerContext) -> None:
-        super().__init__(spec, context)
+    def __init__(self, spec: SchedulerSpec, context: SchedulerContext, claim: Claim | None = None) -> None:
+        super().__init__(spec, context, claim)
         self.source: EventSource | None = None
         self.events_handled = 0
 
@@ -436,5 +484,5 @@ SCHEDULER_CLASSES: dict[SchedulerType, type[Scheduler]] = {
 }
 
 
-def build_scheduler(spec: SchedulerSpec, context: SchedulerContext) -> Scheduler:
-    return SCHEDULER_CLASSES[spec.type](spec, context)
+def build_scheduler(spec: SchedulerSpec, context: SchedulerContext, claim: Claim | None = None) -> Scheduler:
+    return SCHEDULER_CLASSES[spec.type](spec, context, claim)

@@ -63,9 +63,10 @@ SCHEMA_SECONDS = 30.0  # how long a reflected schema is trusted
 CANCELLABLE = may_precede(TaskStatus.CANCELLED)
 REQUEUABLE = frozenset({TaskStatus.FAILED, TaskStatus.DISPATCHED, TaskStatus.RUNNING})
 REPRIORITISABLE = frozenset({TaskStatus.QUEUED})
-# Columns of `schedulers` this release knows; any other column (owner, term, lease ... from a newer
-# release) is shown as it is.
-KNOWN_SCHEDULER_COLUMNS = frozenset(column.name for column in Scheduler.__table__.columns)
+# Columns of `schedulers` shown in their own cells; the lease columns (owner, term, lease expiry) and
+# any column a newer release adds are shown as they are, under "lease".
+LEASE_COLUMNS = frozenset({"owner", "term", "lease_expires_at"})
+KNOWN_SCHEDULER_COLUMNS = frozenset(column.name for column in Scheduler.__table__.columns) - LEASE_COLUMNS
 # A bound parameter, not the literal: the planner then cannot pick the partial pop index (ordered by
 # priority) and takes `ix_tasks_scheduler_status`, ordered by seq within (queue, status).
 QUEUED_PARAM = Task.status == TaskStatus.QUEUED.value

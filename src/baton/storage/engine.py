@@ -24,6 +24,10 @@ from baton.core.settings import normalise_database_url
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # Arbitrary constant key: serialises `migrate` across replicas starting at once on PostgreSQL.
 MIGRATION_LOCK_KEY = 0x0BA7_0001
+# Baton's transactions last milliseconds. One left open by a frozen process (SIGSTOP, a paused
+# container) would hold its row locks, and with them a scheduler that others must take over, for as
+# long as the freeze: PostgreSQL ends such a session after this long, well within a lease (15 s).
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 5000
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -55,7 +59,13 @@ def make_engine(url: str) -> Engine:
         return engine
     # No pre-ping: it costs a round trip per request. After a database restart the first statement
     # on a stale connection fails (503 once) and SQLAlchemy then invalidates the whole pool.
-    return create_engine(url, pool_size=10, max_overflow=20, pool_recycle=1800)
+    return create_engine(
+        url,
+        pool_size=10,
+        max_overflow=20,
+        pool_recycle=1800,
+        connect_args={"options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"},
+    )
 
 
 class Store:

@@ -93,6 +93,11 @@ class Scheduler(Base):
     location: Mapped[str | None] = mapped_column(String(256), nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Ownership (storage/leases.py): who runs this scheduler, under which term (the fencing token:
+    # it grows on every claim), and until when unless renewed.
+    owner: Mapped[str | None] = mapped_column(String(256), nullable=True, index=True)
+    term: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class Task(Base):
@@ -287,10 +292,8 @@ class ApiToken(Base):
 
 
 class LeaderRecord(Base):
-    """Who leads, written by the leader every round: for /metrics and failover measurements.
-
-    The election itself is the advisory lock (or Lease); this row only reports it.
-    """
+    """A leadership lease (storage/leases.py): its holder, its term (grows on every takeover) and
+    when it expires unless renewed. With a Kubernetes Lease elector the row only reports."""
 
     __tablename__ = "leaders"
 
@@ -298,3 +301,18 @@ class LeaderRecord(Base):
     holder: Mapped[str] = mapped_column(String(256))
     acquired_at: Mapped[datetime] = mapped_column(UTCDateTime())
     renewed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    term: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # The holder also holds the liveness lock (PostgreSQL): when that lock is free, it is gone.
+    holds_lock: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+
+
+class WorkerRecord(Base):
+    """A live `baton worker`: peers count the live ones to compute their fair share of schedulers."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -39,7 +39,7 @@ OBJECT_TYPE = "ReplicaObject"
 BOEFJE_ID = "replica-boefje"
 FAST_ENV = {
     "BATON_RECONCILE_INTERVAL_SECONDS": "0.5",
-    "BATON_HEARTBEAT_INTERVAL_SECONDS": "1",
+    "BATON_RETRY_PERIOD_SECONDS": "1",
     "BATON_HEARTBEAT_TIMEOUT_SECONDS": "10",
     "BATON_POLL_INTERVAL_SECONDS": "0.2",
     # A pop whose answer died with a killed API replica leaves its task `dispatched` with nobody

@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from baton.core.model import TaskStatus, utcnow
-from baton.core.settings import Settings, TimingSettings
+from baton.core.settings import LeaseSettings, Settings, TimingSettings
 from baton.storage import queues
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
@@ -15,14 +15,19 @@ from baton.storage.statements import PopTarget
 
 
 def fast_settings(database_url: str, **overrides: Any) -> Settings:
-    """Settings with timings short enough for tests (poll 50 ms, heartbeat 200 ms, reconcile 100 ms)."""
+    """Settings with timings short enough for tests (poll 50 ms, lease renewals and heartbeats every
+    200 ms, reconcile 100 ms; leases of 8 s with a 5 s renew deadline, generous for a loaded CI)."""
     timing = TimingSettings(
         poll_interval_seconds=overrides.pop("poll_interval_seconds", 0.05),
-        heartbeat_interval_seconds=overrides.pop("heartbeat_interval_seconds", 0.2),
         heartbeat_timeout_seconds=overrides.pop("heartbeat_timeout_seconds", 30.0),
         reconcile_interval_seconds=overrides.pop("reconcile_interval_seconds", 0.1),
     )
-    return Settings(database_url=database_url, timing=timing, **overrides)
+    leases = LeaseSettings(
+        retry_period_seconds=overrides.pop("retry_period_seconds", 0.2),
+        renew_deadline_seconds=overrides.pop("renew_deadline_seconds", 5.0),
+        lease_seconds=overrides.pop("lease_seconds", 8.0),
+    )
+    return Settings(database_url=database_url, timing=timing, leases=leases, **overrides)
 
 
 def add_organisation(store: Store, org_id: str, maxsize: int = 100, **fair: Any) -> None:

@@ -1,0 +1,98 @@
+"""Worker mode: `baton worker` processes share every scheduler between them through the database,
+so Kubernetes' own replication (a Deployment, an autoscaler) decides how many run.
+
+Each round a worker heartbeats its `workers` row, computes its fair share (every scheduler of an
+existing organisation, divided by the live workers, rounded up), gives up what it holds above that
+share (a new peer joined) and claims unowned or expired schedulers up to it (a peer left or died).
+Its schedulers run as threads; their leases and fencing are the same as a director's
+(storage/leases.py, ingest/ownership.py), so a scheduler never runs in two places at once. SIGTERM
+releases everything first, so peers pick it up on their next round.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from baton.control.runners import ThreadRunner
+from baton.core.logging import get_logger
+from baton.core.model import SchedulerSpec
+from baton.core.settings import Settings
+from baton.core.supervision import BackgroundService
+from baton.ingest.schedulers import SchedulerContext
+from baton.storage import leases
+from baton.storage.engine import Store
+
+log = get_logger("baton.worker")
+RUNNER_NAME = "worker"
+
+
+@dataclass
+class WorkerRound:
+    live_workers: int
+    share: int
+    claimed: list[str]
+    released: list[str]
+    running: int
+
+
+def fair_share(schedulers: int, live_workers: int) -> int:
+    return math.ceil(schedulers / max(1, live_workers))
+
+
+class Worker(BackgroundService):
+    thread_name = "worker"
+
+    def __init__(self, store: Store, settings: Settings, context: SchedulerContext) -> None:
+        super().__init__()
+        self.store = store
+        self.settings = settings
+        self.ownership = context.leases()
+        self.id = self.ownership.owner
+        self.runner = ThreadRunner(context)
+        self.round_seconds = min(1.0, settings.leases.retry_period_seconds)
+
+    def step(self) -> WorkerRound:
+        lease = self.settings.leases.lease_seconds
+        with self.store.session() as session:
+            leases.heartbeat_worker(session, self.id, lease)
+            live = len(leases.live_workers(session))
+            share = fair_share(leases.count_schedulers(session), live)
+        self.runner.forget_dead()
+        running = [spec.id for spec in self.runner.list()]
+        released = self._release_above(share, running)
+        claimed = self._claim_up_to(share, len(running) - len(released))
+        if claimed or released:
+            log.info("rebalanced", worker=self.id, live_workers=live, share=share, claimed=claimed, released=released)
+        return WorkerRound(live, share, claimed, released, len(running) - len(released) + len(claimed))
+
+    def _release_above(self, share: int, running: list[str]) -> list[str]:
+        surplus = sorted(running)[share:]
+        for scheduler_id in surplus:
+            self.runner.stop(scheduler_id)  # the scheduler gives its row up as it stops
+        return surplus
+
+    def _claim_up_to(self, share: int, running: int) -> list[str]:
+        claims = self.ownership.claim_unowned(share - running, runner=RUNNER_NAME)
+        return self.runner.launch_claimed([(SchedulerSpec.parse(claim.scheduler_id), claim) for claim in claims])
+
+    def run(self) -> None:
+        log.info("worker running", worker=self.id)
+        self.ownership.start_in_background()
+        while not self.stopping:
+            try:
+                self.step()
+            except Exception as exc:
+                log.warning("worker round failed; retrying", error=str(exc).splitlines()[0])
+            self._stop.wait(self.round_seconds)
+
+    def stopped(self, timeout: float) -> None:
+        """Leave the pool first (peers' shares grow at once), then hand every scheduler back."""
+        try:
+            with self.store.session() as session:
+                leases.remove_worker(session, self.id)
+        except Exception:
+            log.warning("could not remove the worker's row; it expires", worker=self.id)
+        self.runner.shutdown(timeout)
+        self.ownership.stop(timeout)
+        log.info("worker stopped", worker=self.id)

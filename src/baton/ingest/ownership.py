@@ -1,0 +1,194 @@
+"""The leases of the schedulers one process runs (a director's thread runner, a worker, a child
+process or pod running one scheduler): claimed in one statement, renewed together every retry
+period (which is also their heartbeat), released on a graceful stop.
+
+A scheduler whose claim is lost (someone else's term now, its organisation gone) is told at once;
+one that cannot be renewed within the renew deadline (database unreachable, process frozen) is
+told to stop too, before its lease can expire and someone else takes over. Fencing (every write
+checked against the claim, storage/leases.py) covers whatever slips between the two.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from baton.core.logging import get_logger
+from baton.core.settings import LeaseSettings
+from baton.storage import leases
+from baton.storage.engine import Store
+from baton.storage.leases import Claim
+
+log = get_logger("baton.ownership")
+
+
+def new_owner_id() -> str:
+    """`host:pid#random`: where the claims' holder runs, unique even when a container's pid repeats."""
+    return f"{owner_prefix(os.getpid())}{secrets.token_hex(3)}"
+
+
+def owner_prefix(pid: int) -> str:
+    """What every owner id of the process `pid` on this host starts with."""
+    return f"{os.uname().nodename}:{pid}#"
+
+
+class Lessee(Protocol):
+    """What a scheduler offers its ownership: told when its lease is lost or its queue toggled."""
+
+    def lease_lost(self, reason: str) -> None: ...
+
+    def set_enabled(self, enabled: bool) -> None: ...
+
+
+@dataclass
+class _Held:
+    claim: Claim
+    lessee: Lessee
+    state: str | None = None
+    progressed_at: float = field(default_factory=time.monotonic)
+
+
+class Ownership:
+    """Claims, renews and releases scheduler leases for one process."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: LeaseSettings,
+        owner: str | None = None,
+        hung_after_seconds: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.owner = owner or new_owner_id()
+        self.hung_after_seconds = hung_after_seconds
+        self.leader_term: int | None = None  # set by a director: claims only while its term holds
+        self._clock = clock
+        self._held: dict[str, _Held] = {}
+        self._lock = threading.Lock()
+        self._renewed_at = clock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- claims ------------------------------------------------------------------------------------
+
+    def claim(self, scheduler_ids: Iterable[str], runner: str | None = None) -> dict[str, Claim]:
+        """Claim what nobody holds, in one statement; the ones we got."""
+        with self.store.session() as session:
+            claims = leases.claim_schedulers(
+                session, scheduler_ids, self.owner, self.settings.lease_seconds, self.leader_term, runner=runner
+            )
+        return {claim.scheduler_id: claim for claim in claims}
+
+    def claim_unowned(self, limit: int, runner: str | None = None) -> list[Claim]:
+        with self.store.session() as session:
+            return leases.claim_unowned(session, self.owner, limit, self.settings.lease_seconds, runner=runner)
+
+    def hold(self, claim: Claim, lessee: Lessee) -> None:
+        """Renew `claim` from now on, on behalf of `lessee`."""
+        with self._lock:
+            self._held[claim.scheduler_id] = _Held(claim, lessee)
+
+    def report(self, scheduler_id: str, state: str) -> None:
+        """The state to write with the next renewal; also proof that the scheduler's loop is alive."""
+        with self._lock:
+            held = self._held.get(scheduler_id)
+            if held is not None:
+                changed = held.state != state
+                held.state = state
+                held.progressed_at = self._clock()
+            else:
+                changed = False
+        if changed:
+            self._wake.set()  # a new state is written now, not at the next round
+
+    def release(self, claim: Claim, state: str) -> None:
+        """Stop renewing and give the row up with its final state (only if it is still ours)."""
+        with self._lock:
+            self._held.pop(claim.scheduler_id, None)
+        with self.store.session() as session:
+            leases.release_claims(session, [claim], state)
+
+    def forget(self, scheduler_id: str) -> None:
+        with self._lock:
+            self._held.pop(scheduler_id, None)
+
+    def held(self) -> list[Claim]:
+        with self._lock:
+            return [held.claim for held in self._held.values()]
+
+    # -- renewal -----------------------------------------------------------------------------------
+
+    def renew(self) -> None:
+        """One round: renew every lease whose scheduler still makes progress, in one statement per
+        state; tell the lessees of lost claims. Raises when the database cannot be reached."""
+        now = self._clock()
+        with self._lock:
+            live = [held for held in self._held.values() if now - held.progressed_at < self.hung_after_seconds]
+            states = {held.claim.scheduler_id: held.state for held in live if held.state is not None}
+        if live:
+            with self.store.session() as session:
+                renewed = leases.renew_claims(
+                    session, [held.claim for held in live], self.settings.lease_seconds, states
+                )
+        else:
+            renewed = {}
+        self._renewed_at = self._clock()
+        for held in live:
+            answer = renewed.get(held.claim.scheduler_id)
+            if answer is None:
+                self._lose(held, "its row is held under another term now (taken over, or organisation deleted)")
+            else:
+                held.lessee.set_enabled(answer.enabled)
+
+    def _lose(self, held: _Held, reason: str) -> None:
+        with self._lock:
+            if self._held.get(held.claim.scheduler_id) is not held:
+                return
+            del self._held[held.claim.scheduler_id]
+        held.lessee.lease_lost(reason)
+
+    def past_renew_deadline(self) -> bool:
+        return self._clock() - self._renewed_at > self.settings.renew_deadline_seconds
+
+    def give_up_everything(self, reason: str) -> None:
+        with self._lock:
+            everything = list(self._held.values())
+        for held in everything:
+            self._lose(held, reason)
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.settings.retry_period_seconds)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.renew()
+            except Exception as exc:  # the database is away: keep trying until the renew deadline
+                log.warning("could not renew scheduler leases", owner=self.owner, error=str(exc).splitlines()[0])
+            if self.past_renew_deadline():
+                self.give_up_everything(
+                    f"leases not renewed for {self.settings.renew_deadline_seconds:g} s (renew deadline)"
+                )
+
+    def start_in_background(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._renewed_at = self._clock()
+            self._thread = threading.Thread(target=self.run, name="ownership", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None

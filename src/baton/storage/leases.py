@@ -1,0 +1,397 @@
+"""Leases: who leads, who runs each scheduler, and the fencing check every scheduler write passes.
+
+One mechanism for both. A lease is a row with a holder, a term and an expiry on the database's clock
+(`clock_timestamp()` on PostgreSQL, so replicas' clocks never matter; SQLite is one machine).
+
+- Leadership: a `leaders` row per role. The holder renews it; anyone may take it over by a
+  conditional UPDATE once it has expired, and every takeover increments the term. A frozen holder
+  keeps its connection but cannot renew, so the lease ends in bounded time.
+- Scheduler ownership: each `schedulers` row has an owner, a term and an expiry. A claim sets the
+  owner and increments the term; the owner renews its rows in one statement per round.
+- Fencing: every transaction a scheduler writes in starts by locking its row FOR SHARE where
+  (owner, term) are still its own. A new owner's claim (an UPDATE) waits for that lock, and every
+  later write of the old owner finds a different term and is refused: no write from a superseded
+  term lands after the new term's first write, whatever the clocks say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    DateTime,
+    and_,
+    delete,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.orm import Session
+
+from baton.core.errors import FencedError
+from baton.core.model import utcnow
+from baton.storage.engine import insert_for, on_postgresql
+from baton.storage.tables import LeaderRecord, Organisation, Scheduler, UTCDateTime, WorkerRecord
+
+DIRECTOR_ROLE = "director"
+CLAIM_SETTING = "baton.claim"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The right to run one scheduler: its row, its owner and the term of this claim (the token)."""
+
+    scheduler_id: str
+    owner: str
+    term: int
+
+
+@dataclass(frozen=True)
+class Leadership:
+    role: str
+    holder: str
+    term: int
+    expires_at: datetime | None
+
+
+# -- the database's clock -------------------------------------------------------------------------
+
+
+def db_now(session: Session) -> ColumnElement[datetime]:
+    if on_postgresql(session):
+        return func.clock_timestamp(type_=DateTime(timezone=True))
+    return literal(utcnow(), UTCDateTime())
+
+
+def db_after(session: Session, seconds: float) -> ColumnElement[datetime]:
+    if on_postgresql(session):
+        return func.clock_timestamp(type_=DateTime(timezone=True)) + timedelta(seconds=seconds)
+    return literal(utcnow() + timedelta(seconds=seconds), UTCDateTime())
+
+
+# -- leadership -----------------------------------------------------------------------------------
+
+
+def try_acquire_leadership(
+    session: Session, role: str, holder: str, lease_seconds: float, holds_lock: bool = False
+) -> int | None:
+    """Take the role if nobody holds it or its lease expired, or (`holds_lock`: the caller just got
+    the liveness lock) if the holder had that lock, i.e. its connection died; the new term, or None."""
+    now, until = db_now(session), db_after(session, lease_seconds)
+    inserted = session.execute(
+        insert_for(session)(LeaderRecord)
+        .values(
+            role=role, holder=holder, term=1, acquired_at=now, renewed_at=now, expires_at=until, holds_lock=holds_lock
+        )
+        .on_conflict_do_nothing(index_elements=[LeaderRecord.role])
+        .returning(LeaderRecord.term)
+    ).scalar()
+    if inserted is not None:
+        return int(inserted)
+    free = or_(LeaderRecord.expires_at.is_(None), LeaderRecord.expires_at < now)
+    taken = session.execute(
+        update(LeaderRecord)
+        .where(LeaderRecord.role == role, and_(literal(holds_lock), LeaderRecord.holds_lock) | free)
+        .values(
+            holder=holder,
+            term=LeaderRecord.term + 1,
+            acquired_at=now,
+            renewed_at=now,
+            expires_at=until,
+            holds_lock=holds_lock,
+        )
+        .returning(LeaderRecord.term)
+    ).scalar()
+    return None if taken is None else int(taken)
+
+
+def renew_leadership(
+    session: Session, role: str, holder: str, term: int, lease_seconds: float, holds_lock: bool = False
+) -> bool:
+    """Extend our own term. Nobody else can have taken it while (holder, term) still match, even if
+    it lapsed: a takeover increments the term."""
+    renewed = session.execute(
+        update(LeaderRecord)
+        .where(LeaderRecord.role == role, LeaderRecord.holder == holder, LeaderRecord.term == term)
+        .values(renewed_at=db_now(session), expires_at=db_after(session, lease_seconds), holds_lock=holds_lock)
+        .returning(LeaderRecord.term)
+    ).scalar()
+    return renewed is not None
+
+
+def release_leadership(session: Session, role: str, holder: str, term: int) -> None:
+    """Step down: the lease ends now, so a standby takes over on its next try."""
+    session.execute(
+        update(LeaderRecord)
+        .where(LeaderRecord.role == role, LeaderRecord.holder == holder, LeaderRecord.term == term)
+        .values(expires_at=db_now(session))
+    )
+
+
+def report_leadership(session: Session, role: str, holder: str, term: int, expires_at: datetime | None) -> None:
+    """Record a leadership decided elsewhere (a Kubernetes Lease): for the API, metrics and status."""
+    now = utcnow()
+    row = session.get(LeaderRecord, role)
+    if row is None:
+        session.add(
+            LeaderRecord(role=role, holder=holder, term=term, acquired_at=now, renewed_at=now, expires_at=expires_at)
+        )
+        return
+    if row.holder != holder or row.term != term:
+        row.acquired_at = now
+    row.holder, row.term, row.renewed_at, row.expires_at = holder, term, now, expires_at
+
+
+def leadership(session: Session, role: str = DIRECTOR_ROLE) -> Leadership | None:
+    row = session.get(LeaderRecord, role)
+    if row is None:
+        return None
+    return Leadership(row.role, row.holder, row.term, row.expires_at)
+
+
+def _term_is_current(session: Session, term: int, role: str = DIRECTOR_ROLE) -> ColumnElement[bool]:
+    """Leadership `term` of `role` holds and has not expired (checked in the statement that acts)."""
+    return exists().where(
+        LeaderRecord.role == role,
+        LeaderRecord.term == term,
+        LeaderRecord.expires_at > db_now(session),
+    )
+
+
+# -- scheduler ownership --------------------------------------------------------------------------
+
+
+def _claimable(session: Session) -> ColumnElement[bool]:
+    return or_(Scheduler.owner.is_(None), Scheduler.lease_expires_at < db_now(session))
+
+
+def claim_schedulers(
+    session: Session,
+    scheduler_ids: Iterable[str],
+    owner: str,
+    lease_seconds: float,
+    leader_term: int | None = None,
+    runner: str | None = None,
+) -> list[Claim]:
+    """Claim these schedulers where nobody holds them (or a lease expired), in one statement. With
+    `leader_term`, only while that leadership term is current: a deposed director claims nothing."""
+    ids = list(scheduler_ids)
+    if not ids:
+        return []
+    conditions = [Scheduler.id.in_(ids), _claimable(session)]
+    if leader_term is not None:
+        conditions.append(_term_is_current(session, leader_term))
+    return _claim_where(session, _unlocked(session, and_(*conditions)), owner, lease_seconds, runner)
+
+
+def _unlocked(session: Session, condition: ColumnElement[bool]) -> ColumnElement[bool]:
+    """`condition`, over rows no other transaction has locked (PostgreSQL): a claim or revoke never
+    waits behind a transaction that a frozen process left open (it is ended after
+    engine.IDLE_IN_TRANSACTION_TIMEOUT_MS); the rows it skips are taken on a later round."""
+    if not on_postgresql(session):
+        return condition
+    rows = select(Scheduler.id).where(condition).with_for_update(skip_locked=True)
+    return and_(Scheduler.id.in_(rows.scalar_subquery()), condition)
+
+
+def claim_unowned(
+    session: Session, owner: str, limit: int, lease_seconds: float, runner: str | None = None
+) -> list[Claim]:
+    """Up to `limit` schedulers nobody holds, competing claimants skipping each other's rows."""
+    if limit <= 0:
+        return []
+    candidates = (
+        select(Scheduler.id)
+        .join(Organisation, Organisation.id == Scheduler.organisation)
+        .where(_claimable(session))
+        .order_by(Scheduler.id)
+        .limit(limit)
+    )
+    if on_postgresql(session):
+        candidates = candidates.with_for_update(of=Scheduler, skip_locked=True)
+    return _claim_where(session, Scheduler.id.in_(candidates.scalar_subquery()), owner, lease_seconds, runner)
+
+
+def _claim_where(
+    session: Session, condition: ColumnElement[bool], owner: str, lease_seconds: float, runner: str | None
+) -> list[Claim]:
+    values: dict[str, Any] = {
+        "owner": owner,
+        "term": Scheduler.term + 1,
+        "lease_expires_at": db_after(session, lease_seconds),
+        "heartbeat_at": db_now(session),
+        "location": owner.split("#", 1)[0],  # host:pid, as every location reads
+        "state": "starting",
+    }
+    if runner is not None:
+        values["runner"] = runner
+    rows = session.execute(
+        update(Scheduler)
+        .where(condition)
+        .values(**values)
+        .returning(Scheduler.id, Scheduler.term)
+        .execution_options(synchronize_session=False)
+    ).all()
+    return [Claim(scheduler_id, owner, int(term)) for scheduler_id, term in rows]
+
+
+def _held(claims: Sequence[Claim]) -> ColumnElement[bool]:
+    owners = {claim.owner for claim in claims}
+    return and_(
+        Scheduler.owner.in_(owners),
+        tuple_(Scheduler.id, Scheduler.term).in_([(claim.scheduler_id, claim.term) for claim in claims]),
+    )
+
+
+@dataclass(frozen=True)
+class Renewed:
+    scheduler_id: str
+    enabled: bool
+
+
+def renew_claims(
+    session: Session, claims: Sequence[Claim], lease_seconds: float, states: dict[str, str] | None = None
+) -> dict[str, Renewed]:
+    """Renew many leases (and write their heartbeat) in one statement per state; the claims that
+    are still ours. A claim missing from the answer was lost: its scheduler must stop."""
+    states = states or {}
+    by_state: dict[str | None, list[Claim]] = {}
+    for claim in claims:
+        by_state.setdefault(states.get(claim.scheduler_id), []).append(claim)
+    renewed: dict[str, Renewed] = {}
+    for state, group in by_state.items():
+        values: dict[str, Any] = {
+            "lease_expires_at": db_after(session, lease_seconds),
+            "heartbeat_at": db_now(session),
+        }
+        if state is not None:
+            values["state"] = state
+        rows = session.execute(
+            update(Scheduler)
+            .where(_held(group))
+            .values(**values)
+            .returning(Scheduler.id, Scheduler.enabled)
+            .execution_options(synchronize_session=False)
+        ).all()
+        renewed.update({scheduler_id: Renewed(scheduler_id, bool(enabled)) for scheduler_id, enabled in rows})
+    return renewed
+
+
+def release_claims(session: Session, claims: Sequence[Claim], state: str) -> int:
+    """Give schedulers up (a graceful stop, a rebalance) so others claim them at once; only the
+    rows still held under these very claims are touched."""
+    if not claims:
+        return 0
+    result = session.execute(
+        update(Scheduler)
+        .where(_held(claims))
+        .values(owner=None, lease_expires_at=None, state=state, heartbeat_at=db_now(session))
+        .execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def revoke_claims(session: Session, leader_term: int, owners_except: Sequence[str] = ()) -> int:
+    """A new leader fences out everything the previous one started: each held row's term grows and
+    its owner goes, so an old scheduler's next write is refused at once (no waiting for its lease)."""
+    condition = and_(Scheduler.owner.is_not(None), _term_is_current(session, leader_term))
+    if owners_except:
+        condition = and_(condition, Scheduler.owner.not_in(list(owners_except)))
+    result = session.execute(
+        update(Scheduler)
+        .where(_unlocked(session, condition))
+        .values(owner=None, term=Scheduler.term + 1, lease_expires_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def fence(session: Session, claim: Claim) -> None:
+    """The first statement of every transaction a scheduler writes in: its row, locked FOR SHARE
+    while (owner, term) are still its claim's; otherwise FencedError, and nothing it writes commits."""
+    columns: list[Any] = [Scheduler.owner, Scheduler.term]
+    if on_postgresql(session):
+        # The same round trip names the claim this transaction writes under (`baton.claim`, local
+        # to the transaction), for triggers that audit who wrote what (baton.testing.writelog).
+        columns.append(func.set_config(CLAIM_SETTING, f"{claim.owner}/{claim.term}", True))
+    query = select(*columns).where(Scheduler.id == claim.scheduler_id)
+    if on_postgresql(session):
+        query = query.with_for_update(read=True)
+    row = session.execute(query).first()
+    if row is None:
+        raise FencedError(f"scheduler '{claim.scheduler_id}' is gone (organisation deleted)")
+    owner, term = row[0], row[1]
+    if owner != claim.owner or int(term) != claim.term:
+        raise FencedError(
+            f"scheduler '{claim.scheduler_id}' is no longer ours (term {claim.term} of {claim.owner}); "
+            f"now term {term} of {owner or 'nobody'}"
+        )
+
+
+def mark_failed_unless_claimed(session: Session, scheduler_id: str, owner_prefix: str) -> None:
+    """A scheduler died in the process whose owner ids start with `owner_prefix`: show it failed and
+    free its row, unless someone else holds it (then it is not ours to mark)."""
+    session.execute(
+        update(Scheduler)
+        .where(
+            Scheduler.id == scheduler_id,
+            Scheduler.owner.startswith(owner_prefix, autoescape=True),
+        )
+        .values(state="failed", owner=None, lease_expires_at=None)
+        .execution_options(synchronize_session=False)
+    )
+
+
+# -- workers ----------------------------------------------------------------------------------------
+
+
+def heartbeat_worker(session: Session, worker_id: str, lease_seconds: float) -> None:
+    now, until = db_now(session), db_after(session, lease_seconds)
+    updated = session.execute(
+        update(WorkerRecord)
+        .where(WorkerRecord.id == worker_id)
+        .values(heartbeat_at=now, expires_at=until)
+        .returning(WorkerRecord.id)
+    ).scalar()
+    if updated is None:
+        session.execute(
+            insert_for(session)(WorkerRecord).values(id=worker_id, started_at=now, heartbeat_at=now, expires_at=until)
+        )
+
+
+def live_workers(session: Session) -> list[str]:
+    return list(
+        session.scalars(
+            select(WorkerRecord.id).where(WorkerRecord.expires_at > db_now(session)).order_by(WorkerRecord.id)
+        )
+    )
+
+
+def remove_worker(session: Session, worker_id: str) -> None:
+    session.execute(delete(WorkerRecord).where(WorkerRecord.id == worker_id))
+
+
+def forget_dead_workers(session: Session, older_than_seconds: float) -> None:
+    session.execute(delete(WorkerRecord).where(WorkerRecord.expires_at < db_after(session, -older_than_seconds)))
+
+
+def count_schedulers(session: Session) -> int:
+    return int(
+        session.scalar(
+            select(func.count()).select_from(Scheduler).join(Organisation, Organisation.id == Scheduler.organisation)
+        )
+        or 0
+    )
+
+
+def owned_by(session: Session, owner: str) -> list[Claim]:
+    rows = session.execute(select(Scheduler.id, Scheduler.term).where(Scheduler.owner == owner)).all()
+    return [Claim(scheduler_id, owner, int(term)) for scheduler_id, term in rows]
