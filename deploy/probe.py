@@ -3,12 +3,13 @@
 
     baton-probe api [--port 8000]     ready to serve: GET /ready answers 200
     baton-probe director [--live]     the database answers, and if this container leads, it renews
+    baton-probe worker [--live]       this container's `baton worker` renews its row in `workers`
 
 `api`: `/ready` needs a bearer token when authentication is on, which a probe does not have unless
 BATON_PROBE_TOKEN holds one (scope `read`). Without one, a 401 from /ready is answered the way
 /ready would: GET /health must answer and the database must answer with a migrated schema.
 
-`director`: the leader writes `leaders.renewed_at` every reconcile round; a director that holds the
+`director`: the leader renews `leaders.renewed_at` every retry period; a director that holds the
 row (holder `<hostname>:<pid>`, or its pod name) but has not renewed it for --stale seconds is hung.
 Without --live an unreachable database fails the probe too (not ready); with --live it does not, so
 a database outage does not restart every director (what a Kubernetes livenessProbe wants).
@@ -90,6 +91,27 @@ def probe_director(live: bool, stale_seconds: float) -> str | None:
     return f"leading but last renewed {age:.0f} s ago" if age > stale_seconds else None
 
 
+def probe_worker(live: bool, stale_seconds: float) -> str | None:
+    """Ready when this pod's row in `workers` was renewed lately; alive unless it went stale while
+    the database answers (a hung worker)."""
+    try:
+        rows = query("SELECT id, heartbeat_at FROM workers")
+    except Exception as exc:
+        return None if live else f"database unreachable: {exc}"
+    prefix = f"{socket.gethostname()}:"
+    mine = [heartbeat for worker_id, heartbeat in rows if str(worker_id).startswith(prefix)]
+    if not mine:
+        return None if live else "this worker has not registered yet"
+    newest = max(as_utc(heartbeat) for heartbeat in mine)
+    age = (datetime.now(UTC) - newest).total_seconds()
+    return f"worker row last renewed {age:.0f} s ago" if age > stale_seconds else None
+
+
+def as_utc(value: object) -> datetime:
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="baton-probe", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -98,9 +120,17 @@ def main() -> int:
     director = sub.add_parser("director", help="the director can work (and renews if it leads)")
     director.add_argument("--live", action="store_true", help="pass while the database is unreachable")
     director.add_argument("--stale", type=float, default=60.0, help="seconds without renewal that mean hung")
+    worker = sub.add_parser("worker", help="the worker renews its row")
+    worker.add_argument("--live", action="store_true", help="pass while the database is unreachable")
+    worker.add_argument("--stale", type=float, default=60.0, help="seconds without renewal that mean hung")
     args = parser.parse_args()
     try:
-        problem = probe_api(args.port) if args.what == "api" else probe_director(args.live, args.stale)
+        if args.what == "api":
+            problem = probe_api(args.port)
+        elif args.what == "worker":
+            problem = probe_worker(args.live, args.stale)
+        else:
+            problem = probe_director(args.live, args.stale)
     except Exception as exc:
         problem = f"{type(exc).__name__}: {exc}"
     if problem:

@@ -15,14 +15,16 @@ import yaml
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
+WORKERS = DEPLOY / "kubernetes-workers"
 MANIFESTS = sorted(path for path in KUBERNETES.glob("*.yaml") if path.name != "kustomization.yaml")
+WORKER_MANIFESTS = sorted(path for path in WORKERS.glob("*.yaml") if path.name != "kustomization.yaml")
 
 
 def documents(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-@pytest.mark.parametrize("path", MANIFESTS, ids=lambda path: path.name)
+@pytest.mark.parametrize("path", MANIFESTS + WORKER_MANIFESTS, ids=lambda path: path.name)
 def test_manifest_validates_against_kubernetes_schemas(path: Path) -> None:
     for document in documents(path):
         kubernetes_validate.validate(document, "1.30", strict=True)
@@ -93,6 +95,33 @@ def test_kustomize_build_puts_the_image_everywhere() -> None:
     }
     [config] = [doc for doc in docs if doc["kind"] == "ConfigMap"]
     assert images == {expected} and config["data"]["BATON_K8S_IMAGE"] == expected
+
+
+def test_workers_overlay_replaces_the_director_with_workers_that_need_no_api() -> None:
+    kustomization = yaml.safe_load((WORKERS / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["../kubernetes", "worker.yaml", "hpa.yaml"]
+    deleted = {(yaml.safe_load(patch["patch"])["kind"]) for patch in kustomization["patches"]}
+    assert deleted == {"Deployment", "ServiceAccount", "Role", "RoleBinding"}  # the director's, all of them
+    docs = [doc for path in WORKER_MANIFESTS for doc in documents(path)]
+    [deployment] = [doc for doc in docs if doc["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 3 and pod["automountServiceAccountToken"] is False
+    [container] = pod["containers"]
+    assert container["args"] == ["worker"] and container["image"] == "baton"
+    assert container["readinessProbe"]["exec"]["command"] == ["baton-probe", "worker"]
+    assert container["livenessProbe"]["exec"]["command"] == ["baton-probe", "worker", "--live"]
+    [hpa] = [doc for doc in docs if doc["kind"] == "HorizontalPodAutoscaler"]
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "baton-worker"
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def test_workers_overlay_builds_without_the_director() -> None:
+    built = subprocess.run(
+        ["kubectl", "kustomize", str(WORKERS)], check=True, capture_output=True, text=True, timeout=60
+    ).stdout
+    names = {(doc["kind"], doc["metadata"]["name"]) for doc in yaml.safe_load_all(built) if doc}
+    assert ("Deployment", "baton-worker") in names and ("Deployment", "baton-api") in names
+    assert not any(name == "baton-director" for _kind, name in names)
 
 
 def test_scheduler_pod_manifest_validates_too(monkeypatch: pytest.MonkeyPatch) -> None:
