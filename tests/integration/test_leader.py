@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from baton.control.director import Director
@@ -215,3 +216,19 @@ def test_on_postgresql_a_dead_holder_is_replaced_at_once_not_after_its_lease(pg_
     finally:
         first.release()
         second.release()
+
+
+def test_get_schedulers_shows_owner_term_lease_and_the_leader(client: TestClient, store: Store) -> None:
+    add_organisation(store, "acme")
+    leader = DatabaseLeaseLeader(store, "host-a:12", LEASES)
+    assert leader.acquire_or_renew()
+    with store.session() as session:
+        (claim,) = leases.claim_schedulers(session, ["boefje-acme"], "host-a:12#ab", 10, leader_term=leader.term)
+    rows = {row["id"]: row for row in client.get("/schedulers").json()}
+    boefje = rows["boefje-acme"]
+    assert boefje["owner"] == "host-a:12#ab" and boefje["term"] == claim.term and boefje["lease_expires_at"]
+    assert rows["report-acme"]["owner"] is None and rows["report-acme"]["term"] == 0
+    assert boefje["leader"]["holder"] == "host-a:12" and boefje["leader"]["term"] == leader.term
+    assert boefje["leader"]["lease_expires_at"] is not None
+    assert client.get("/schedulers/boefje-acme").json()["owner"] == "host-a:12#ab"
+    leader.release()

@@ -1,12 +1,14 @@
-"""Schedulers: live state from heartbeats (the one staleness rule); enabling and disabling one."""
+"""Schedulers: live state from heartbeats (the one staleness rule), who holds each (owner, term,
+lease) and under which leadership; enabling and disabling one."""
 
 from __future__ import annotations
 
 from baton.api import routing, security
 from baton.api.deps import Responses, SettingsDep, StoreDep
-from baton.api.schemas import ErrorOut, SchedulerOut, SchedulerPatch
+from baton.api.schemas import ErrorOut, LeaderOut, SchedulerOut, SchedulerPatch
 from baton.core.heartbeat import live_state
 from baton.core.model import SchedulerState, SchedulerType, utcnow
+from baton.storage.leases import Leadership, leadership
 from baton.storage.schedulers import get_scheduler, list_schedulers
 from baton.storage.tables import Scheduler
 
@@ -14,7 +16,13 @@ router = routing.router(prefix="/schedulers", tags=["schedulers"])
 UNKNOWN_SCHEDULER: Responses = {404: {"model": ErrorOut, "description": "Unknown scheduler"}}
 
 
-def scheduler_out(row: Scheduler, heartbeat_timeout: float) -> SchedulerOut:
+def leader_out(lead: Leadership | None) -> LeaderOut | None:
+    if lead is None:
+        return None
+    return LeaderOut(role=lead.role, holder=lead.holder, term=lead.term, lease_expires_at=lead.expires_at)
+
+
+def scheduler_out(row: Scheduler, heartbeat_timeout: float, leader: LeaderOut | None = None) -> SchedulerOut:
     return SchedulerOut(
         id=row.id,
         organisation=row.organisation,
@@ -25,6 +33,10 @@ def scheduler_out(row: Scheduler, heartbeat_timeout: float) -> SchedulerOut:
         state=live_state(SchedulerState(row.state), row.heartbeat_at, utcnow(), heartbeat_timeout),
         location=row.location,
         last_heartbeat=row.heartbeat_at,
+        owner=row.owner,
+        term=row.term,
+        lease_expires_at=row.lease_expires_at,
+        leader=leader,
     )
 
 
@@ -32,13 +44,15 @@ def scheduler_out(row: Scheduler, heartbeat_timeout: float) -> SchedulerOut:
 def list_all(store: StoreDep, settings: SettingsDep) -> list[SchedulerOut]:
     with store.session() as session:
         timeout = settings.timing.heartbeat_timeout_seconds
-        return [scheduler_out(row, timeout) for row in list_schedulers(session)]
+        leader = leader_out(leadership(session))
+        return [scheduler_out(row, timeout, leader) for row in list_schedulers(session)]
 
 
 @router.get("/{scheduler_id}", responses=UNKNOWN_SCHEDULER, dependencies=[security.READ])
 def get_one(scheduler_id: str, store: StoreDep, settings: SettingsDep) -> SchedulerOut:
     with store.session() as session:
-        return scheduler_out(get_scheduler(session, scheduler_id), settings.timing.heartbeat_timeout_seconds)
+        row = get_scheduler(session, scheduler_id)
+        return scheduler_out(row, settings.timing.heartbeat_timeout_seconds, leader_out(leadership(session)))
 
 
 @router.patch("/{scheduler_id}", responses=UNKNOWN_SCHEDULER, dependencies=[security.ADMIN])
@@ -47,4 +61,4 @@ def patch(scheduler_id: str, body: SchedulerPatch, store: StoreDep, settings: Se
     with store.session() as session:
         row = get_scheduler(session, scheduler_id)
         row.enabled = body.enabled
-        return scheduler_out(row, settings.timing.heartbeat_timeout_seconds)
+        return scheduler_out(row, settings.timing.heartbeat_timeout_seconds, leader_out(leadership(session)))

@@ -194,6 +194,13 @@ class TaskList(BaseModel):
     results: list[TaskOut]
 
 
+class LeaderOut(BaseModel):
+    role: str
+    holder: str
+    term: int = Field(description="Grows with every takeover; schedulers started under it carry it.")
+    lease_expires_at: datetime | None = Field(description="Unless renewed, another may lead after this.")
+
+
 class SchedulerOut(BaseModel):
     id: str
     organisation: str
@@ -204,6 +211,10 @@ class SchedulerOut(BaseModel):
     state: SchedulerState
     location: str | None
     last_heartbeat: datetime | None
+    owner: str | None = Field(description="Who holds this scheduler's lease (host:pid#id); none when nobody runs it.")
+    term: int = Field(description="The fencing token: grows with every claim; writes of older terms are refused.")
+    lease_expires_at: datetime | None
+    leader: LeaderOut | None = Field(description="The directors' leadership lease (none in worker mode).")
 
 
 class SchedulerPatch(StrictModel):

@@ -93,6 +93,11 @@ class Worker(BackgroundService):
                 leases.remove_worker(session, self.id)
         except Exception:
             log.warning("could not remove the worker's row; it expires", worker=self.id)
+        try:
+            released = self.ownership.release_all("stopped")
+            log.info("handed every scheduler over", worker=self.id, released=released)
+        except Exception:
+            log.warning("could not release the leases; they expire", worker=self.id)
         self.runner.shutdown(timeout)
         self.ownership.stop(timeout)
         log.info("worker stopped", worker=self.id)

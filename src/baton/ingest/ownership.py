@@ -116,6 +116,15 @@ class Ownership:
         with self.store.session() as session:
             leases.release_claims(session, [claim], state)
 
+    def release_all(self, state: str) -> int:
+        """Give every held row up in one statement (a worker leaving): peers can claim them at once,
+        and any write the schedulers still attempt is fenced."""
+        with self._lock:
+            claims = [held.claim for held in self._held.values()]
+            self._held.clear()
+        with self.store.session() as session:
+            return leases.release_claims(session, claims, state)
+
     def forget(self, scheduler_id: str) -> None:
         with self._lock:
             self._held.pop(scheduler_id, None)
