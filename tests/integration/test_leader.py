@@ -10,15 +10,18 @@ from baton.control.director import Director
 from baton.control.leadership import LIVENESS_LOCK_KEY, DatabaseLeaseLeader
 from baton.control.runners import ThreadRunner
 from baton.core.errors import FencedError
-from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType
+from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcnow
 from baton.core.settings import LeaseSettings
 from baton.ingest.ownership import Ownership
 from baton.ingest.schedulers import SchedulerContext
-from baton.storage import leases
+from baton.storage import leases, queues
 from baton.storage.engine import Store
+from baton.storage.queues import PushRequest
 from baton.storage.tables import Scheduler as SchedulerRow
 from baton.testing.factories import add_organisation, fast_settings
 from baton.testing.waiting import wait_until
+from baton.testing.writelog import analyse, install
+from tests.conftest import fresh_postgres_database
 
 LEASES = LeaseSettings(lease_seconds=3, renew_deadline_seconds=2, retry_period_seconds=0.1)
 
@@ -232,3 +235,36 @@ def test_get_schedulers_shows_owner_term_lease_and_the_leader(client: TestClient
     assert boefje["leader"]["lease_expires_at"] is not None
     assert client.get("/schedulers/boefje-acme").json()["owner"] == "host-a:12#ab"
     leader.release()
+
+
+def test_the_write_audit_sees_a_write_from_a_superseded_term(pg_store: Store) -> None:
+    """The audit the chaos tests rely on must be able to fail: a write declared under an old claim
+    after a newer claim, and a row marked stopped by a non-owner, are both reported."""
+    with fresh_postgres_database("baton_audit") as url:
+        store = Store(url)
+        try:
+            store.migrate()
+            add_organisation(store, "acme")
+            install(url)
+            with store.session() as session:
+                (old,) = leases.claim_schedulers(session, ["boefje-acme"], "a:1#x", 10)
+            with store.session() as session:  # a fenced write, under the current claim: fine
+                leases.fence(session, old)
+                queues.push(session, PushRequest(queue="boefje-acme", priority=1, data={}), utcnow())
+            expire_scheduler_leases(store)
+            with store.session() as session:
+                (new,) = leases.claim_schedulers(session, ["boefje-acme"], "b:2#y", 10)
+            assert analyse(url).superseded == []
+            with store.session() as session:  # what an unfenced old owner would do now
+                session.execute(text("SELECT set_config('baton.claim', :claim, true)"), {"claim": "a:1#x/1"})
+                queues.push(session, PushRequest(queue="boefje-acme", priority=1, data={}), utcnow())
+            with store.session() as session:  # a state written over a row the writer does not own
+                session.execute(text("UPDATE schedulers SET state = 'stopped' WHERE id = 'boefje-acme'"))
+                session.execute(text("UPDATE schedulers SET owner = NULL WHERE id = 'boefje-acme'"))
+                session.execute(text("UPDATE schedulers SET state = 'failed' WHERE id = 'boefje-acme'"))
+            audit = analyse(url)
+            assert [entry["claim"] for entry in audit.superseded] == ["a:1#x/1"]
+            assert [entry["state"] for entry in audit.orphan_marks] == ["failed"]
+            assert new.term == old.term + 1
+        finally:
+            store.dispose()
