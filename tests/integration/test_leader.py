@@ -13,9 +13,10 @@ from baton.core.errors import FencedError
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcnow
 from baton.core.settings import LeaseSettings
 from baton.ingest.ownership import Ownership
-from baton.ingest.schedulers import SchedulerContext
+from baton.ingest.schedulers import SchedulerContext, build_scheduler
 from baton.storage import leases, queues
 from baton.storage.engine import Store
+from baton.storage.inbox import enqueue_event
 from baton.storage.queues import PushRequest
 from baton.storage.tables import Scheduler as SchedulerRow
 from baton.testing.factories import add_organisation, fast_settings
@@ -268,3 +269,24 @@ def test_the_write_audit_sees_a_write_from_a_superseded_term(pg_store: Store) ->
             assert new.term == old.term + 1
         finally:
             store.dispose()
+
+
+def test_a_scheduler_write_after_a_takeover_is_refused_and_nothing_commits(store: Store) -> None:
+    add_organisation(store, "acme")
+    settings = fast_settings(store.url)
+    context = SchedulerContext(store=store, settings=settings, runner="thread", location="t")
+    scheduler = build_scheduler(SchedulerSpec("acme", SchedulerType.NORMALIZER), context)
+    scheduler.setup()
+    assert scheduler.tick() == 0  # claims the row; an empty inbox writes nothing
+    with store.session() as session:
+        session.execute(text("UPDATE schedulers SET term = term + 1 WHERE id = 'normalizer-acme'"))
+        enqueue_event(session, "normalizer-acme", "raw_file_received", RAW_EVENT)
+    with pytest.raises(FencedError, match="no longer ours"):
+        scheduler.tick()
+    with store.session() as session:
+        assert session.scalar(text("SELECT count(*) FROM tasks")) == 0
+        assert session.scalar(text("SELECT count(*) FROM events WHERE consumed_at IS NULL")) == 1
+    scheduler.teardown()
+
+
+RAW_EVENT = {"type": "raw_file_received", "raw_file": {"id": "r1", "mime_types": ["boefje/dns-records"]}}

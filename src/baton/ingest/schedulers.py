@@ -16,9 +16,9 @@ from datetime import datetime, timedelta
 from typing import ClassVar
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import ORMExecuteState, Session
 
 from baton.core.cron import next_cron_run
 from baton.core.errors import FencedError, NotFoundError, QueueDisabledError, QueueFullError, UnprocessableError
@@ -137,15 +137,15 @@ class Scheduler(ABC):
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
-        """The one way a scheduler writes: one transaction that starts with the fencing check of its
-        claim (storage/leases.py), so nothing commits once another term holds the row."""
+        """The one way a scheduler writes: one transaction in which its first write is preceded by
+        the fencing check of its claim (storage/leases.py), so nothing commits once another term
+        holds the row. A round that only reads (an empty inbox) costs no check."""
         if self._lost is not None:
             raise FencedError(self._lost)
         claim = self._acquire()  # run() claims first; a tick driven directly claims here
         if claim is None:
             raise FencedError(f"scheduler '{self.id}' is held by another owner (or its organisation is gone)")
-        with self.store.session() as session:
-            fence(session, claim)
+        with self.store.session() as session, fenced_before_first_write(session, claim):
             yield session
 
     def _report(self, state: SchedulerState) -> None:
@@ -308,6 +308,37 @@ class EventDrivenScheduler(Scheduler):
             raise UnprocessableError(
                 f"event for organisation '{named}' reached the scheduler of '{self.spec.organisation}'"
             )
+
+
+@contextmanager
+def fenced_before_first_write(session: Session, claim: Claim) -> Iterator[None]:
+    """Run the fencing check just before the session's first write: an INSERT/UPDATE/DELETE it
+    executes, or a flush of changed objects. Its FOR SHARE lock then lasts until the commit."""
+    checked = False
+
+    def check() -> None:
+        nonlocal checked
+        if not checked:
+            checked = True
+            with session.no_autoflush:
+                fence(session, claim)
+
+    def on_execute(state: ORMExecuteState) -> None:
+        if state.is_insert or state.is_update or state.is_delete:
+            check()
+
+    def on_flush(flushing: Session, _context: object, _instances: object) -> None:
+        if flushing.new or flushing.dirty or flushing.deleted:
+            check()
+
+    event.listen(session, "do_orm_execute", on_execute)
+    event.listen(session, "before_flush", on_flush)
+    try:
+        yield
+        session.flush()  # pending changes are written (and so fenced) inside the transaction
+    finally:
+        event.remove(session, "do_orm_execute", on_execute)
+        event.remove(session, "before_flush", on_flush)
 
 
 def rank_boefje_task(previous_run: datetime | None, now: datetime) -> int:
