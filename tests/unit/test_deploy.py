@@ -158,3 +158,15 @@ def test_local_override_only_swaps_the_backing_images() -> None:
         "postgres": {"image"},
         "rabbitmq": {"image"},
     }
+
+
+def test_compose_workers_override_replaces_directors_with_workers() -> None:
+    base = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]
+    override = yaml.safe_load((DEPLOY / "docker-compose.workers.yml").read_text())["services"]
+    assert override["director"]["deploy"]["replicas"] == 0
+    worker = override["worker"]
+    assert worker["command"] == ["worker"] and worker["deploy"]["replicas"] == 3
+    assert worker["image"] == base["api"]["image"]
+    assert worker["environment"]["BATON_DATABASE_URL"] == base["api"]["environment"]["BATON_DATABASE_URL"]
+    assert worker["environment"]["BATON_AMQP_URL"] == base["api"]["environment"]["BATON_AMQP_URL"]
+    assert worker["healthcheck"]["test"] == "baton-probe worker"
