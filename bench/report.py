@@ -511,8 +511,9 @@ def scheduler_process_lines(memory: dict[str, Any] | None) -> list[str]:
         f"One scheduler process (a process-runner child running `baton standalone`, what a pod runs), over "
         f"{memory['processes']} processes, from `/proc/<pid>/status`: resident (VmRSS) "
         f"{num(memory['rss_median_mib'], 1)} MiB median, {num(memory['rss_max_mib'], 1)} MiB max; peak (VmHWM) "
-        f"{num(memory['hwm_max_mib'], 1)} MiB max. An absolute measure (issue #16's target: under 40 MiB), "
-        "not a ratio.",
+        f"{num(memory['hwm_max_mib'], 1)} MiB max; not backed by files (RssAnon: what each further process "
+        f"adds; the libraries' pages are shared) {num(memory.get('anon_median_mib'), 1)} MiB median. An absolute "
+        "measure (issue #16's target: under 40 MiB), not a ratio.",
     ]
 
 

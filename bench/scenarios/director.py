@@ -33,7 +33,8 @@ def running(ctx: Context) -> int:
 
 
 def status_mib(pid: int) -> dict[str, float] | None:
-    """VmRSS (resident now) and VmHWM (its peak) of a process, in MiB; None once it has gone."""
+    """VmRSS (resident now), VmHWM (its peak) and RssAnon (the part not backed by files: not shared with
+    other processes, unlike the libraries' pages) of a process, in MiB; None once it has gone."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
@@ -41,7 +42,7 @@ def status_mib(pid: int) -> dict[str, float] | None:
     values = {}
     for line in status.splitlines():
         key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
+        if key in ("VmRSS", "VmHWM", "RssAnon"):
             values[key] = int(rest.split()[0]) / 1024  # kB
     return values
 
@@ -57,6 +58,7 @@ def scheduler_processes(runner: ProcessRunner) -> dict[str, Any]:
         "rss_median_mib": statistics.median(rss) if rss else None,
         "rss_max_mib": max(rss, default=None),
         "hwm_max_mib": max(peaks, default=None),
+        "anon_median_mib": statistics.median(entry["RssAnon"] for entry in memory) if memory else None,
     }
 
 
