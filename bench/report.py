@@ -22,7 +22,7 @@ DOCS = ROOT / "docs"
 ANALYSIS = Path(__file__).resolve().parent / "analysis.md"
 
 Comparison = Literal[">=", "<="]
-Shown = Literal["percent", "times", "per_second"]
+Shown = Literal["percent", "times", "per_second", "mib"]
 COMPARE: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le}
 
 
@@ -76,6 +76,14 @@ TARGETS = [
         "<=",
         "times",
         "#21",
+    ),
+    Target(
+        "one scheduler process (process runner child), peak resident memory",
+        "director.scheduler_process.hwm_max_mib",
+        40.0,
+        "<=",
+        "mib",
+        "#16",
     ),
 ]
 
@@ -147,6 +155,8 @@ def shown(value: float | None, how: Shown) -> str:
         return f"{value:.0%}"
     if how == "times":
         return f"{value:.2f}x"
+    if how == "mib":
+        return f"{value:.1f} MiB"
     return f"{value:,.0f}/s"
 
 
@@ -489,6 +499,21 @@ def section_director(result: dict[str, Any]) -> list[str]:
             rows,
             "lrrrrlrrr",
         ),
+        *scheduler_process_lines(result.get("scheduler_process")),
+    ]
+
+
+def scheduler_process_lines(memory: dict[str, Any] | None) -> list[str]:
+    if not memory or not memory.get("processes"):
+        return []
+    return [
+        "",
+        f"One scheduler process (a process-runner child running `baton standalone`, what a pod runs), over "
+        f"{memory['processes']} processes, from `/proc/<pid>/status`: resident (VmRSS) "
+        f"{num(memory['rss_median_mib'], 1)} MiB median, {num(memory['rss_max_mib'], 1)} MiB max; peak (VmHWM) "
+        f"{num(memory['hwm_max_mib'], 1)} MiB max; not backed by files (RssAnon: what each further process "
+        f"adds; the libraries' pages are shared) {num(memory.get('anon_median_mib'), 1)} MiB median. An absolute "
+        "measure (issue #16's target: under 40 MiB), not a ratio.",
     ]
 
 
@@ -608,7 +633,7 @@ def section_targets(found: list[Verdict], scenarios: dict[str, Any]) -> list[str
         "## Targets",
         "",
         "Computed by `bench/report.py` from the measurements below (each a ratio against a baseline of the same "
-        "run, except ingest's absolute rate).",
+        "run, except ingest's absolute rate and a scheduler process's memory).",
         "",
         *table(["target", "measured", "threshold", "verdict", "issue", "from"], rows, "lrrlll"),
     ]

@@ -1,11 +1,14 @@
 """The director's cost: time of the first reconcile round (starting every scheduler), time until every
 scheduler has written a `running` heartbeat, a steady round with nothing to do, and memory, for the
 thread runner (schedulers as threads of the director) and the process runner (a `baton standalone`
-child per scheduler)."""
+child per scheduler), whose children's own resident memory (VmRSS, and its peak VmHWM, from
+/proc/<pid>/status) is what one scheduler process costs (issue #16's target: under 40 MiB)."""
 
 from __future__ import annotations
 
+import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -28,6 +31,36 @@ def running(ctx: Context) -> int:
     with connect(ctx) as conn:
         row = conn.execute("SELECT count(*) FROM schedulers WHERE state = 'running'").fetchone()
     return int(row[0]) if row else 0
+
+
+def status_mib(pid: int) -> dict[str, float] | None:
+    """VmRSS (resident now), VmHWM (its peak) and RssAnon (the part not backed by files: not shared with
+    other processes, unlike the libraries' pages) of a process, in MiB; None once it has gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    values = {}
+    for line in status.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM", "RssAnon"):
+            values[key] = int(rest.split()[0]) / 1024  # kB
+    return values
+
+
+def scheduler_processes(runner: ProcessRunner) -> dict[str, Any]:
+    """Each child's own memory: one scheduler process as the process runner (or a pod) runs it."""
+    pids = [pid for spec in runner.list() if (pid := runner.pid(spec.id)) is not None]
+    memory = [entry for pid in pids if (entry := status_mib(pid))]
+    rss = [entry["VmRSS"] for entry in memory]
+    peaks = [entry["VmHWM"] for entry in memory]
+    return {
+        "processes": len(memory),
+        "rss_median_mib": statistics.median(rss) if rss else None,
+        "rss_max_mib": max(rss, default=None),
+        "hwm_max_mib": max(peaks, default=None),
+        "anon_median_mib": statistics.median(entry["RssAnon"] for entry in memory) if memory else None,
+    }
 
 
 def one_case(ctx: Context, runner_kind: str, organisations: int) -> dict[str, Any]:
@@ -53,6 +86,7 @@ def one_case(ctx: Context, runner_kind: str, organisations: int) -> dict[str, An
     converged = time.perf_counter() - started
     all_running = running(ctx) == expected
     children = me.children(recursive=True) if runner_kind == "process" else []
+    per_process = scheduler_processes(runner) if isinstance(runner, ProcessRunner) else None
     rss = me.memory_info().rss - rss_before + sum(child.memory_info().rss for child in children)
     second = time.perf_counter()
     director.reconcile()  # idempotent: nothing to start
@@ -69,10 +103,13 @@ def one_case(ctx: Context, runner_kind: str, organisations: int) -> dict[str, An
         "steady_reconcile_ms": steady * 1000,
         "memory_mib": rss / 2**20,
         "per_scheduler_mib": rss / 2**20 / expected,
+        "scheduler_process": per_process,
     }
 
 
 def run(ctx: Context) -> dict[str, Any]:
     configure_logging("warning")
     cases = [("thread", 10), ("process", 2)] if ctx.quick else [("thread", 100), ("thread", 1000), ("process", 10)]
-    return {"cases": [one_case(ctx, kind, organisations) for kind, organisations in cases]}
+    results = [one_case(ctx, kind, organisations) for kind, organisations in cases]
+    process_case = next(case for case in results if case["runner"] == "process")
+    return {"cases": results, "scheduler_process": process_case["scheduler_process"]}

@@ -12,7 +12,17 @@ from __future__ import annotations
 import logging
 import sys
 
-import structlog
+# structlog imports rich (with pygments: ~5 MiB resident) for a traceback formatter Baton never uses (it
+# renders plain tracebacks, below). A None in sys.modules makes that `import rich` fail as if rich were
+# not installed; it is removed again at once, so typer still finds rich for its help.
+_hide_rich = "rich" not in sys.modules
+if _hide_rich:
+    sys.modules["rich"] = None  # type: ignore[assignment]
+try:
+    import structlog
+finally:
+    if _hide_rich:
+        del sys.modules["rich"]
 
 QUIET_LIBRARIES = ("alembic", "kubernetes", "urllib3", "asyncio", "httpx", "httpcore")
 # pika logs each step of a failed connection as an ERROR (seven lines and a traceback per attempt);

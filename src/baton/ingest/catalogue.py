@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from sqlalchemy.orm import Session
 
@@ -68,6 +67,8 @@ class DatabaseCatalogue:
 
 
 def load_catalogue_file(path: Path) -> list[PluginSpec]:
+    import yaml  # only the processes that seed the catalogue read it (not a scheduler)
+
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:

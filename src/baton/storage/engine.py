@@ -1,17 +1,20 @@
-"""The database: engine set-up per backend, sessions (one transaction each), migrations."""
+"""The database: engine set-up per backend, sessions (one transaction each), migrations.
+
+Alembic is imported only by the code that migrates: a process that only checks the schema (a scheduler,
+an API replica's readiness probe) compares the database's revision with the head read from the
+migration scripts' source, which costs a few kilobytes instead of alembic's ~10 MiB.
+"""
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
@@ -21,7 +24,11 @@ from baton.core.diagnosis import reason
 from baton.core.errors import ConfigurationError
 from baton.core.settings import normalise_database_url
 
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+VERSION_TABLE = "alembic_version"  # alembic's default, which env.py keeps
 # Arbitrary constant key: serialises `migrate` across replicas starting at once on PostgreSQL.
 MIGRATION_LOCK_KEY = 0x0BA7_0001
 # Baton's transactions last milliseconds. One left open by a frozen process (SIGSTOP, a paused
@@ -94,13 +101,10 @@ class Store:
         self.engine.dispose()
 
     # -- migrations -------------------------------------------------------------------------------
-    def _alembic_config(self) -> AlembicConfig:
-        cfg = AlembicConfig()
-        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-        return cfg
-
     def migrate(self) -> None:
-        cfg = self._alembic_config()
+        from alembic import command
+
+        cfg = alembic_config()
         with self.engine.begin() as conn:
             if self.is_postgresql:
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
@@ -108,14 +112,70 @@ class Store:
             command.upgrade(cfg, "head")
 
     def migrations_current(self) -> bool:
-        head = ScriptDirectory.from_config(self._alembic_config()).get_current_head()
         with self.engine.connect() as conn:
-            current = MigrationContext.configure(conn).get_current_revision()
-        return current == head
+            return applied_revision(conn) == head_revision()
 
     def ping(self) -> None:
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
+
+
+def alembic_config() -> AlembicConfig:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return cfg
+
+
+def applied_revision(conn: Connection) -> str | None:
+    """The revision the database is at, read as alembic reads it; None before the first migration."""
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return None
+    rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+    if len(rows) > 1:  # alembic refuses such a table too; Baton's history is one line
+        raise ConfigurationError(f"{VERSION_TABLE} holds several revisions ({', '.join(rows)}); expected one")
+    return rows[0] if rows else None
+
+
+@cache
+def head_revision() -> str:
+    """The newest migration: the one revision no other script names as its `down_revision`.
+
+    Read from the scripts' source (their module-level assignments) without importing alembic; a test
+    checks it against alembic's own `ScriptDirectory.get_current_head()`.
+    """
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for script in sorted((MIGRATIONS_DIR / "versions").glob("*.py")):
+        assigned = _module_constants(script)
+        if "revision" not in assigned:
+            continue
+        revisions.add(str(assigned["revision"]))
+        down = assigned.get("down_revision")
+        parents.update((down,) if isinstance(down, str) else (down or ()))
+    heads = sorted(revisions - parents)
+    if len(heads) != 1:
+        raise ConfigurationError(f"migrations in {MIGRATIONS_DIR} have {len(heads)} heads ({heads}); expected one")
+    return heads[0]
+
+
+def _module_constants(script: Path) -> dict[str, Any]:
+    """`name = <literal>` and `name: type = <literal>` at a script's top level."""
+    constants: dict[str, Any] = {}
+    for node in ast.parse(script.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name):
+            try:
+                constants[target.id] = ast.literal_eval(value)
+            except (ValueError, TypeError, SyntaxError):  # not a literal: not one alembic reads either
+                continue
+    return constants
 
 
 def on_postgresql(session: Session | Connection) -> bool:
