@@ -188,3 +188,9 @@ def test_a_second_director_on_one_sqlite_file_waits_as_follower(tmp_path: Path, 
         if leader.poll() is None:
             leader.kill()
         leader.wait(30)
+
+
+def test_a_usage_error_is_clicks_usage_message_with_exit_code_2() -> None:
+    result = baton("standalone")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "Missing option '--organisation'" in result.stderr and "Usage: baton standalone" in result.stderr

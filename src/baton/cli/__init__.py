@@ -10,12 +10,23 @@ import os
 import sys
 
 import click
+import typer
 
 from baton.cli.app import app
 from baton.cli.errors import explain
 from baton.core.logging import configure_logging
 
 TRUTHY = frozenset({"1", "true", "yes", "on"})
+# Usage errors (a missing option, a bad value): click's, and those of the copy of click that recent
+# typer releases carry; both print click's usage message and exit 2.
+USAGE_ERRORS: tuple[type[Exception], ...] = (click.ClickException,)
+ABORTS: tuple[type[BaseException], ...] = (click.exceptions.Abort, typer.Abort)
+try:
+    from typer._click.exceptions import ClickException as _VendoredClickException
+
+    USAGE_ERRORS += (_VendoredClickException,)
+except ImportError:  # a typer that uses click itself
+    pass
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -25,10 +36,10 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(os.environ.get("BATON_LOG_LEVEL", "info"), os.environ.get("BATON_LOG_JSON", "").lower() in TRUTHY)
     try:
         outcome = app(args=args, prog_name="baton", standalone_mode=False)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except USAGE_ERRORS as exc:
+        exc.show()  # type: ignore[attr-defined]
+        sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+    except ABORTS:
         sys.exit(130)
     except Exception as exc:
         if debug:
