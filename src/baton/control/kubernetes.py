@@ -185,7 +185,7 @@ class KubernetesRunner:
                         "args": standalone_args(spec, self.name),
                         "envFrom": env_from,
                         "resources": {
-                            "requests": {"cpu": "50m", "memory": "96Mi"},
+                            "requests": {"cpu": "50m", "memory": "80Mi"},
                             "limits": {"cpu": "500m", "memory": "256Mi"},
                         },
                         "securityContext": {
