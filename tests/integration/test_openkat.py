@@ -28,6 +28,7 @@ from tests.contract.openkat import (
     PaginatedTasksResponse,
     RockyTask,
     ScheduleResponse,
+    ServiceHealth,
     TaskPop,
     runner_task,
     stats_document,
@@ -297,6 +298,24 @@ def test_the_web_ui_lists_filters_and_counts_tasks(kat: TestClient, store: Store
     assert next(iter(per_org.values()))["total"] == 1
     reversed_range = kat.get("/tasks", params={"min_created_at": "2030-01-02", "max_created_at": "2030-01-01"})
     assert reversed_range.status_code == 400
+
+
+def test_task_lists_ignore_the_query_parameters_of_the_web_uis_own_pages(kat: TestClient) -> None:
+    # rocky passes every query parameter of its task list page on to /tasks (page 2: `page=2`), and
+    # offers `pending` as a status filter.
+    push_raw(kat, "boefje", rocky_boefje_push("acme", "Hostname|a")).raise_for_status()
+    page_two = kat.post("/tasks", params={"scheduler_id": "boefje", "page": 2, "sort": "asc", "limit": 150})
+    assert page_two.status_code == 200, page_two.text
+    assert PaginatedTasksResponse.model_validate(page_two.json()).count == 1
+    pending = kat.get("/tasks", params={"status": "pending", "page": 1})
+    assert pending.status_code == 200 and pending.json()["count"] == 0
+    assert kat.get("/tasks", params={"status": "bogus"}).status_code == 422
+    assert kat.get("/queues", params={"page": 2}).status_code == 422  # elsewhere a misspelt parameter is refused
+
+
+def test_the_web_uis_health_page_reads_baton_as_a_healthy_scheduler(kat: TestClient) -> None:
+    health = ServiceHealth.model_validate(kat.get("/health").json())
+    assert health.service == "scheduler" and health.healthy
 
 
 def report_schedule(org: str, recipe: str, **when: Any) -> dict[str, Any]:
