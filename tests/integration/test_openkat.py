@@ -367,6 +367,28 @@ def test_the_web_ui_schedules_reports_and_the_report_scheduler_runs_them(kat: Te
     assert kat.delete(f"/schedules/{schedule.id}").status_code == 204  # as OpenKAT answers
 
 
+def test_a_cron_boefje_schedule_queues_boefje_jobs_a_runner_executes(kat: TestClient, store: Store) -> None:
+    job = rocky_boefje_push("acme", "Hostname|internet|example.com")["data"]  # rocky's BoefjeTask dump
+    created = kat.post(
+        "/schedules",
+        json={"scheduler_id": "boefje", "organisation": "acme", "data": job, "schedule": "*/5 * * * *"},
+    )
+    assert created.status_code == 201, created.text
+    schedule = ScheduleResponse.model_validate(created.json())
+    assert schedule.hash == murmur_hex("Hostname|internet|example.com-dns-records-acme")
+    scheduler = scheduler_for(BoefjeScheduler, "acme", store)
+    scheduler.context.clock = lambda: datetime.now(UTC) + timedelta(minutes=6)
+    assert scheduler.tick() == 1
+    [answer] = pop(kat, "boefje")
+    task = runner_task(answer)
+    assert task.data.id == task.id and answer["schedule_id"] == str(schedule.id)
+    assert answer["hash"] == schedule.hash
+    RockyTask.model_validate(answer)
+    after = ScheduleResponse.model_validate(kat.get(f"/schedules/{schedule.id}").json())
+    assert after.deadline_at is not None and schedule.deadline_at is not None
+    assert after.deadline_at > schedule.deadline_at  # the next run
+
+
 def test_an_unknown_organisation_appears_with_its_first_openkat_push(kat: TestClient) -> None:
     response = push_raw(kat, "boefje", rocky_boefje_push("newcomer", "Hostname|n"))
     assert response.status_code == 201, response.text
