@@ -203,6 +203,9 @@ def test_tasks_from_baton_shaped_events_are_openkat_jobs_too(kat: TestClient, st
     for answer in pop(kat, "boefje") + pop(kat, "normalizer"):
         runner_task(answer)
         RockyTask.model_validate(answer)
+        if answer["type"] == "normalizer":
+            # rocky's normalizer list looks every boefje up in its catalogue, except `manual`
+            assert answer["data"]["raw_data"]["boefje_meta"]["boefje"]["id"] == "manual"
 
 
 def test_delete_mutations_and_error_files_make_no_tasks(kat: TestClient, store: Store) -> None:
