@@ -14,11 +14,12 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from baton.core.jobs import BoefjeJob, NormalizerJob, ReportJob, job_hash, murmur_hex
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
-from baton.ingest.events import InProcessSource
+from baton.ingest.events import InProcessSource, parse_event
 from baton.ingest.schedulers import BoefjeScheduler, NormalizerScheduler, ReportScheduler, SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.plugins import seed_plugins
@@ -396,6 +397,31 @@ def test_an_unknown_organisation_appears_with_its_first_openkat_push(kat: TestCl
     response = push_raw(kat, "boefje", rocky_boefje_push("newcomer", "Hostname|n"))
     assert response.status_code == 201, response.text
     assert kat.get("/organisations/newcomer").status_code == 200
+
+
+@pytest.mark.parametrize("org", ["één", "_test", "-x"])
+def test_openkats_organisation_codes_are_accepted_wherever_openkat_names_one(
+    kat: TestClient, store: Store, org: str
+) -> None:
+    # rocky's organisation codes are lower-case Unicode slugs; `-` and `_` may lead.
+    pushed = push_raw(kat, "boefje", rocky_boefje_push(org, "Hostname|internet|example.com"))
+    assert pushed.status_code == 201, pushed.text
+    assert runner_task(pushed.json()).organisation == org
+    ingest(store, NormalizerScheduler, org, bytes_raw_file(org, str(uuid.uuid4())))
+    [normalizer] = pop(kat, "normalizer")
+    assert normalizer["organisation"] == org and normalizer["queue"] == f"normalizer-{org}"
+    created = kat.post("/schedules", json=report_schedule(org, "weekly", schedule="0 6 * * 1"))
+    assert created.status_code == 201, created.text
+    listed = kat.post("/tasks", json={"filters": [{"column": "organisation", "operator": "==", "value": org}]})
+    assert listed.json()["count"] == 2
+
+
+def test_names_that_are_no_organisation_code_are_refused(kat: TestClient) -> None:
+    for org in ("a/b", "a b", ".hidden", "x" * 65):
+        assert push_raw(kat, "boefje", rocky_boefje_push(org, "Hostname|a")).status_code == 422
+        assert kat.post("/schedules", json=report_schedule(org, "r", schedule="0 6 * * 1")).status_code == 422
+        with pytest.raises(ValidationError):
+            parse_event(octopoes_mutation(org, "Hostname|a", 1))
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, Protocol
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 from sqlalchemy.orm import Session
 
-from baton.core.jobs import Boefje, BoefjeMeta, RawData
+from baton.core.jobs import Boefje, BoefjeMeta, OpenKatOrganisation, RawData
 from baton.core.model import OrganisationId, SchedulerType, scheduler_id_for, utcnow
 from baton.storage import inbox
 from baton.storage.tables import Event
@@ -96,14 +96,14 @@ class KatScanProfileMutation(KatEventModel):
     operation: Literal["create", "update", "delete"]
     primary_key: str = Field(min_length=1, max_length=512)
     value: KatObject | None
-    client_id: str = Field(min_length=1, max_length=64, description="The organisation.")
+    client_id: OpenKatOrganisation = Field(description="The organisation.")
 
 
 class KatRawDataReceived(KatEventModel):
     """Bytes' message on `raw_file_received`: the whole raw file with the boefje job that made it."""
 
     created_at: datetime
-    organization: str = Field(min_length=1, max_length=64)
+    organization: OpenKatOrganisation
     raw_data: RawData
 
 
