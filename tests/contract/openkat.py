@@ -179,6 +179,17 @@ class PaginatedSchedulesResponse(BaseModel):
     results: list[ScheduleResponse]
 
 
+class ServiceHealth(BaseModel):
+    """rocky's health model: `service` is required; `healthy` defaults to False (then the web UI
+    reports the scheduler unhealthy)."""
+
+    service: str
+    healthy: bool = False
+    version: str | None = None
+    additional: Any = None
+    results: list[ServiceHealth] = Field(default_factory=list)
+
+
 OPENKAT_TASK_KEYS = {
     "id",
     "scheduler_id",

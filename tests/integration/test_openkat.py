@@ -14,11 +14,12 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from baton.core.jobs import BoefjeJob, NormalizerJob, ReportJob, job_hash, murmur_hex
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
-from baton.ingest.events import InProcessSource
+from baton.ingest.events import InProcessSource, parse_event
 from baton.ingest.schedulers import BoefjeScheduler, NormalizerScheduler, ReportScheduler, SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.plugins import seed_plugins
@@ -28,6 +29,7 @@ from tests.contract.openkat import (
     PaginatedTasksResponse,
     RockyTask,
     ScheduleResponse,
+    ServiceHealth,
     TaskPop,
     runner_task,
     stats_document,
@@ -202,6 +204,9 @@ def test_tasks_from_baton_shaped_events_are_openkat_jobs_too(kat: TestClient, st
     for answer in pop(kat, "boefje") + pop(kat, "normalizer"):
         runner_task(answer)
         RockyTask.model_validate(answer)
+        if answer["type"] == "normalizer":
+            # rocky's normalizer list looks every boefje up in its catalogue, except `manual`
+            assert answer["data"]["raw_data"]["boefje_meta"]["boefje"]["id"] == "manual"
 
 
 def test_delete_mutations_and_error_files_make_no_tasks(kat: TestClient, store: Store) -> None:
@@ -299,6 +304,24 @@ def test_the_web_ui_lists_filters_and_counts_tasks(kat: TestClient, store: Store
     assert reversed_range.status_code == 400
 
 
+def test_task_lists_ignore_the_query_parameters_of_the_web_uis_own_pages(kat: TestClient) -> None:
+    # rocky passes every query parameter of its task list page on to /tasks (page 2: `page=2`), and
+    # offers `pending` as a status filter.
+    push_raw(kat, "boefje", rocky_boefje_push("acme", "Hostname|a")).raise_for_status()
+    page_two = kat.post("/tasks", params={"scheduler_id": "boefje", "page": 2, "sort": "asc", "limit": 150})
+    assert page_two.status_code == 200, page_two.text
+    assert PaginatedTasksResponse.model_validate(page_two.json()).count == 1
+    pending = kat.get("/tasks", params={"status": "pending", "page": 1})
+    assert pending.status_code == 200 and pending.json()["count"] == 0
+    assert kat.get("/tasks", params={"status": "bogus"}).status_code == 422
+    assert kat.get("/queues", params={"page": 2}).status_code == 422  # elsewhere a misspelt parameter is refused
+
+
+def test_the_web_uis_health_page_reads_baton_as_a_healthy_scheduler(kat: TestClient) -> None:
+    health = ServiceHealth.model_validate(kat.get("/health").json())
+    assert health.service == "scheduler" and health.healthy
+
+
 def report_schedule(org: str, recipe: str, **when: Any) -> dict[str, Any]:
     """A report schedule as rocky posts it."""
     return {
@@ -348,10 +371,57 @@ def test_the_web_ui_schedules_reports_and_the_report_scheduler_runs_them(kat: Te
     assert kat.delete(f"/schedules/{schedule.id}").status_code == 204  # as OpenKAT answers
 
 
+def test_a_cron_boefje_schedule_queues_boefje_jobs_a_runner_executes(kat: TestClient, store: Store) -> None:
+    job = rocky_boefje_push("acme", "Hostname|internet|example.com")["data"]  # rocky's BoefjeTask dump
+    created = kat.post(
+        "/schedules",
+        json={"scheduler_id": "boefje", "organisation": "acme", "data": job, "schedule": "*/5 * * * *"},
+    )
+    assert created.status_code == 201, created.text
+    schedule = ScheduleResponse.model_validate(created.json())
+    assert schedule.hash == murmur_hex("Hostname|internet|example.com-dns-records-acme")
+    scheduler = scheduler_for(BoefjeScheduler, "acme", store)
+    scheduler.context.clock = lambda: datetime.now(UTC) + timedelta(minutes=6)
+    assert scheduler.tick() == 1
+    [answer] = pop(kat, "boefje")
+    task = runner_task(answer)
+    assert task.data.id == task.id and answer["schedule_id"] == str(schedule.id)
+    assert answer["hash"] == schedule.hash
+    RockyTask.model_validate(answer)
+    after = ScheduleResponse.model_validate(kat.get(f"/schedules/{schedule.id}").json())
+    assert after.deadline_at is not None and schedule.deadline_at is not None
+    assert after.deadline_at > schedule.deadline_at  # the next run
+
+
 def test_an_unknown_organisation_appears_with_its_first_openkat_push(kat: TestClient) -> None:
     response = push_raw(kat, "boefje", rocky_boefje_push("newcomer", "Hostname|n"))
     assert response.status_code == 201, response.text
     assert kat.get("/organisations/newcomer").status_code == 200
+
+
+@pytest.mark.parametrize("org", ["één", "_test", "-x"])
+def test_openkats_organisation_codes_are_accepted_wherever_openkat_names_one(
+    kat: TestClient, store: Store, org: str
+) -> None:
+    # rocky's organisation codes are lower-case Unicode slugs; `-` and `_` may lead.
+    pushed = push_raw(kat, "boefje", rocky_boefje_push(org, "Hostname|internet|example.com"))
+    assert pushed.status_code == 201, pushed.text
+    assert runner_task(pushed.json()).organisation == org
+    ingest(store, NormalizerScheduler, org, bytes_raw_file(org, str(uuid.uuid4())))
+    [normalizer] = pop(kat, "normalizer")
+    assert normalizer["organisation"] == org and normalizer["queue"] == f"normalizer-{org}"
+    created = kat.post("/schedules", json=report_schedule(org, "weekly", schedule="0 6 * * 1"))
+    assert created.status_code == 201, created.text
+    listed = kat.post("/tasks", json={"filters": [{"column": "organisation", "operator": "==", "value": org}]})
+    assert listed.json()["count"] == 2
+
+
+def test_names_that_are_no_organisation_code_are_refused(kat: TestClient) -> None:
+    for org in ("a/b", "a b", ".hidden", "x" * 65):
+        assert push_raw(kat, "boefje", rocky_boefje_push(org, "Hostname|a")).status_code == 422
+        assert kat.post("/schedules", json=report_schedule(org, "r", schedule="0 6 * * 1")).status_code == 422
+        with pytest.raises(ValidationError):
+            parse_event(octopoes_mutation(org, "Hostname|a", 1))
 
 
 @pytest.fixture

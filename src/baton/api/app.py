@@ -19,7 +19,7 @@ from baton.api import events, openkat, organisations, plugins, queues, reports, 
 from baton.api.deps import MetricsDep, Responses, StoreDep
 from baton.api.errors import install_error_handlers
 from baton.api.middleware import RequestContextMiddleware
-from baton.api.schemas import ErrorOut
+from baton.api.schemas import IGNORES_UNKNOWN_QUERY_PARAMETERS, ErrorOut
 from baton.core.settings import Settings
 from baton.service.metrics import Metrics
 from baton.service.queues import QueueService
@@ -62,10 +62,15 @@ async def reject_unknown_query_parameters(request: Request) -> None:
             [{"loc": ("query", name), "msg": "given more than once", "type": "too_long"} for name in repeated]
         )
     unknown = sorted(set(request.query_params) - known)
-    if unknown:
+    if unknown and not ignores_unknown_query_parameters(route):
         raise RequestValidationError(
             [{"loc": ("query", name), "msg": "unknown query parameter", "type": "extra_forbidden"} for name in unknown]
         )
+
+
+def ignores_unknown_query_parameters(route: Any) -> bool:
+    """Routes OpenKAT's web UI calls with every query parameter of its own page (`page`, ...)."""
+    return bool((getattr(route, "openapi_extra", None) or {}).get(IGNORES_UNKNOWN_QUERY_PARAMETERS))
 
 
 def monitoring_router() -> APIRouter:
@@ -142,9 +147,10 @@ def create_app(
     install_error_handlers(app)
 
     @app.get("/health", tags=["health"])
-    def health() -> dict[str, str]:
-        """Liveness: the process answers. Does not touch the database."""
-        return {"status": "ok", "version": __version__}
+    def health() -> dict[str, Any]:
+        """Liveness: the process answers. Does not touch the database. `service` and `healthy` are
+        what OpenKAT's web UI reads from its scheduler's health."""
+        return {"status": "ok", "version": __version__, "service": "scheduler", "healthy": True}
 
     documented: Responses = {
         400: {"model": ErrorOut, "description": "Malformed request (e.g. a body that is not JSON)"},

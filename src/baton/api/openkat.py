@@ -29,7 +29,6 @@ from baton.api.responses import json_response, openkat_task_document, tasks_resp
 from baton.api.schemas import (
     MAX_LIST_LIMIT,
     ErrorOut,
-    OrganisationId,
     PopIn,
     PopResults,
     Priority,
@@ -38,7 +37,7 @@ from baton.api.schemas import (
     filter_tree,
 )
 from baton.core.errors import ContradictoryInputError, DuplicateTaskError, NotFoundError
-from baton.core.jobs import JOB_MODELS, Job, carries_its_task_id, job_document, job_hash
+from baton.core.jobs import JOB_MODELS, Job, OpenKatOrganisation, carries_its_task_id, job_document, job_hash
 from baton.core.model import SchedulerType, TaskStatus, scheduler_id_for
 from baton.service.queues import QueueService
 from baton.storage.queues import PushRequest, PushResult
@@ -62,7 +61,7 @@ class CompatPushIn(BaseModel):
     id: uuid.UUID | None = None
     scheduler_id: str | None = None
     schedule_id: str | None = Field(None, max_length=64)
-    organisation: OrganisationId
+    organisation: OpenKatOrganisation
     priority: Priority | None = 1
     type: SchedulerType | None = None
     hash: TaskHash | None = None

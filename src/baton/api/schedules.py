@@ -26,7 +26,7 @@ from baton.api.tasks import as_moment
 from baton.core.cron import is_valid_cron, next_cron_run
 from baton.core.errors import ConflictError, ContradictoryInputError
 from baton.core.filters import SCHEDULE_COLUMNS, parse_filters
-from baton.core.jobs import job_hash
+from baton.core.jobs import OpenKatOrganisation, job_hash
 from baton.core.model import SchedulerType, utcnow
 from baton.storage import schedules as rows
 from baton.storage.filters import SCHEDULES, compile_tree
@@ -61,7 +61,7 @@ class ScheduleCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     scheduler_id: str = Field(max_length=16, description="boefje or report")
-    organisation: str = Field(min_length=1, max_length=64)
+    organisation: OpenKatOrganisation
     data: dict[str, Any]
     schedule: str | None = Field(None, max_length=128, description="A cron expression.")
     deadline_at: Moment | None = None

@@ -16,6 +16,9 @@ from baton.ingest.events import NOT_A_STRING
 __all__ = ["OrganisationId"]
 MAX_LIST_LIMIT = 1000
 MAX_OFFSET = 2**31 - 1  # what either database accepts as OFFSET, with room to spare
+# A route's `openapi_extra` key: query parameters it does not know are ignored, not refused (OpenKAT's
+# web UI sends every query parameter of its own page along).
+IGNORES_UNKNOWN_QUERY_PARAMETERS = "x-ignores-unknown-query-parameters"
 
 
 def _iso_only(value: object) -> object:

@@ -7,15 +7,17 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 from fastapi import Depends, Query, Request, Response
+from sqlalchemy import false
 
 from baton.api import routing, security
 from baton.api.deps import QueuesDep, Responses, StoreDep
 from baton.api.pages import page
 from baton.api.responses import json_response, openkat_task_document
 from baton.api.schemas import (
+    IGNORES_UNKNOWN_QUERY_PARAMETERS,
     MAX_LIST_LIMIT,
     MAX_OFFSET,
     ErrorOut,
@@ -38,6 +40,11 @@ router = routing.router(prefix="/tasks", tags=["tasks"])
 UNKNOWN_TASK: Responses = {404: {"model": ErrorOut, "description": "Unknown task"}}
 SCHEDULER_TYPES = {kind.value for kind in SchedulerType}
 STATS_ORDER = ("pending", *(status.value for status in TaskStatus))
+# The statuses a listing filters on: OpenKAT's seven, `pending` among them (its web UI offers it;
+# Baton never gives a task that status, so it matches nothing).
+ListedStatus = Literal["pending", "queued", "dispatched", "running", "completed", "failed", "cancelled"]
+assert set(get_args(ListedStatus)) == {"pending", *TaskStatus}
+LENIENT = {IGNORES_UNKNOWN_QUERY_PARAMETERS: True}
 
 
 def as_moment(value: Moment) -> datetime:
@@ -52,7 +59,7 @@ class TaskQuery:
 
     scheduler_id: str | None = None
     organisation: str | None = None
-    status: TaskStatus | None = None
+    status: ListedStatus | None = None
     task_type: SchedulerType | None = None
     min_created_at: Moment | None = None
     max_created_at: Moment | None = None
@@ -66,8 +73,10 @@ class TaskQuery:
             conditions.append(column == self.scheduler_id)
         if self.organisation is not None:
             conditions.append(Task.organisation == self.organisation)
-        if self.status is not None:
-            conditions.append(Task.status == self.status.value)
+        if self.status == "pending":
+            conditions.append(false())
+        elif self.status is not None:
+            conditions.append(Task.status == self.status)
         if self.task_type is not None:
             conditions.append(Task.type == self.task_type.value)
         earliest = as_moment(self.min_created_at) if self.min_created_at is not None else None
@@ -92,13 +101,13 @@ class TaskQuery:
         return conditions
 
 
-Ignored = Annotated[str | None, Query(description="Accepted from OpenKAT's web UI and ignored.")]
+Ignored = Annotated[str | None, Query(description="Sent by OpenKAT's web UI; ignored (as is any unknown parameter).")]
 
 
 def task_query(
     scheduler_id: Annotated[str | None, Query(description="A type (OpenKAT's id) or a queue id.")] = None,
     organisation: str | None = None,
-    status: TaskStatus | None = None,
+    status: ListedStatus | None = None,
     type: SchedulerType | None = None,
     task_type: Annotated[SchedulerType | None, Query(description="The same as `type`.")] = None,
     min_created_at: Moment | None = None,
@@ -125,15 +134,16 @@ def list_page(request: Request, store: Store, conditions: list[Any], limit: int,
     return page(request, count, limit, offset, results)
 
 
-@router.get("", response_model=TaskList, dependencies=[security.READ])
+@router.get("", response_model=TaskList, dependencies=[security.READ], openapi_extra=LENIENT)
 def list_tasks(
     request: Request, store: StoreDep, query: TaskQueryDep, limit: Limit = 100, offset: Offset = 0
 ) -> Response:
-    """Tasks, newest first, with OpenKAT's page shape and query parameters."""
+    """Tasks, newest first, with OpenKAT's page shape and query parameters; unknown query parameters
+    are ignored (OpenKAT's web UI passes its own page's along, e.g. `page`)."""
     return json_response(list_page(request, store, query.conditions(store.dialect), limit, offset))
 
 
-@router.post("", response_model=TaskList, dependencies=[security.READ])
+@router.post("", response_model=TaskList, dependencies=[security.READ], openapi_extra=LENIENT)
 def search_tasks(
     request: Request,
     store: StoreDep,

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 import mmh3
 from pydantic import BaseModel, ConfigDict, Field
 
 from baton.core.model import SchedulerType
+
+# An organisation as OpenKAT's clients and messages name it: OpenKAT's codes are lower-case Unicode
+# slugs (`-` and `_` anywhere), Baton's own ids ASCII letters, digits, `_`, `.`, `-`: either is accepted.
+OpenKatOrganisation = Annotated[
+    str,
+    Field(min_length=1, max_length=64, pattern=r"^[-\w][-.\w]*$", description="An OpenKAT organisation code."),
+]
 
 
 class Job(BaseModel):

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, Protocol
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 from sqlalchemy.orm import Session
 
-from baton.core.jobs import Boefje, BoefjeMeta, RawData
+from baton.core.jobs import Boefje, BoefjeMeta, OpenKatOrganisation, RawData
 from baton.core.model import OrganisationId, SchedulerType, scheduler_id_for, utcnow
 from baton.storage import inbox
 from baton.storage.tables import Event
@@ -96,14 +96,14 @@ class KatScanProfileMutation(KatEventModel):
     operation: Literal["create", "update", "delete"]
     primary_key: str = Field(min_length=1, max_length=512)
     value: KatObject | None
-    client_id: str = Field(min_length=1, max_length=64, description="The organisation.")
+    client_id: OpenKatOrganisation = Field(description="The organisation.")
 
 
 class KatRawDataReceived(KatEventModel):
     """Bytes' message on `raw_file_received`: the whole raw file with the boefje job that made it."""
 
     created_at: datetime
-    organization: str = Field(min_length=1, max_length=64)
+    organization: OpenKatOrganisation
     raw_data: RawData
 
 
@@ -174,6 +174,7 @@ def object_scan_level(event: ScanProfileMutation | KatScanProfileMutation) -> Ob
 
 
 RAW_ID_NAMESPACE = uuid.UUID("6f0d7a3e-7d55-4c3e-9a0b-1f0e6c1b2a40")
+MANUAL_BOEFJE = "manual"
 
 
 def as_uuid(value: str) -> uuid.UUID:
@@ -186,14 +187,16 @@ def as_uuid(value: str) -> uuid.UUID:
 
 def raw_data_of(event: RawFileReceived | KatRawDataReceived, organisation: str, now: datetime) -> RawData:
     """The raw file as OpenKAT describes it. Baton's shorter event gets a boefje job made up from
-    what it says (a stable id from the raw file's id), so normalizer runners can still run it."""
+    what it says (a stable id from the raw file's id), so normalizer runners can still run it. Without
+    a boefje it is OpenKAT's `manual` one (a file not made by a boefje), the one id OpenKAT's web UI
+    shows without looking it up in its plugin catalogue."""
     if isinstance(event, KatRawDataReceived):
         return event.raw_data
     raw = event.raw_file
     raw_id = as_uuid(raw.id)
     meta = BoefjeMeta(
         id=uuid.uuid5(RAW_ID_NAMESPACE, f"boefje-meta:{raw_id}"),
-        boefje=Boefje(id=raw.boefje_id or "unknown"),
+        boefje=Boefje(id=raw.boefje_id or MANUAL_BOEFJE),
         input_ooi=raw.input_ooi,
         arguments={},
         organization=organisation,

@@ -1,0 +1,2 @@
+class ObjectNotFoundException(Exception):
+    pass
