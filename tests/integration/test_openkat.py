@@ -460,3 +460,16 @@ def test_concurrent_limit_pops_across_two_api_replicas_never_overlap(two_api_rep
 def test_bad_filter_answers_422_naming_it(kat: TestClient) -> None:
     response = kat.post("/schedulers/boefje/pop", json={"filters": [{"column": "nope", "operator": "eq", "value": 1}]})
     assert response.status_code == 422 and "nope" in response.json()["message"]
+
+
+def test_a_job_pushed_through_baton_s_own_dialect_is_stored_as_runners_read_it(kat: TestClient) -> None:
+    job = rocky_boefje_push("acme", "Hostname|internet|a.example")["data"]
+    created = kat.post("/queues/boefje-acme/push", json={"priority": 3, "data": job})
+    assert created.status_code == 201, created.text
+    task = created.json()
+    assert task["data"]["id"] == task["id"]  # OpenKAT's runners report by data.id
+    assert task["hash"] == job_hash(BoefjeJob.model_validate(job))
+    [popped] = pop(kat, "boefje")
+    assert popped["id"] == task["id"] and popped["data"]["boefje"]["id"] == "dns-records"
+    other = kat.post("/queues/boefje-acme/push", json={"priority": 3, "data": {"anything": 1}}).json()
+    assert other["data"] == {"anything": 1} and other["hash"] is None  # not a job: stored as sent

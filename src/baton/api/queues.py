@@ -5,7 +5,8 @@ Push and pop only translate HTTP to the queue service and back; the rules live i
 
 from __future__ import annotations
 
-from typing import Annotated
+import uuid
+from typing import Annotated, Any
 
 from fastapi import Body, Response, status
 
@@ -13,6 +14,8 @@ from baton.api import routing, security
 from baton.api.deps import QueuesDep, Responses, StoreDep
 from baton.api.responses import json_response, task_document
 from baton.api.schemas import ErrorOut, PopIn, PushIn, QueueOut, TaskOut, filter_tree
+from baton.core.jobs import recognised_job
+from baton.core.model import SchedulerSpec
 from baton.storage.queues import PushRequest
 
 router = routing.router(prefix="/queues", tags=["queues"])
@@ -46,11 +49,29 @@ def get_queue(queue_id: str, store: StoreDep, queues: QueuesDep) -> QueueOut:
     dependencies=[security.PUSH],
 )
 async def push(queue_id: str, body: PushIn, queues: QueuesDep) -> Response:
+    task_id = uuid.uuid4()
+    data, task_hash = body.data, body.hash
+    job = openkat_job(queue_id, body.data, task_id)
+    if job is not None:  # stored as OpenKAT's runners read it, whichever dialect pushed it
+        data, task_hash = job[0], body.hash or job[1]
     request = PushRequest(
-        queue=queue_id, priority=body.priority, data=body.data, hash=body.hash, schedule_id=body.schedule_id
+        queue=queue_id,
+        priority=body.priority,
+        data=data,
+        hash=task_hash,
+        schedule_id=body.schedule_id,
+        task_id=task_id,
     )
     result = await queues.push(request)
     return json_response(task_document(result.task), status.HTTP_201_CREATED if result.created else 200)
+
+
+def openkat_job(queue_id: str, data: dict[str, Any], task_id: uuid.UUID) -> tuple[dict[str, Any], str] | None:
+    try:
+        kind = SchedulerSpec.parse(queue_id).type
+    except ValueError:
+        return None  # not a queue name: the push answers 404 below
+    return recognised_job(kind, data, task_id)
 
 
 @router.post("/{queue_id}/pop", response_model=TaskOut | None, responses=UNKNOWN_QUEUE, dependencies=[security.POP])
