@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pika
@@ -23,11 +23,11 @@ from baton.core.model import SchedulerSpec, SchedulerType
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
 from baton.ingest.events import (
+    AnyEvent,
     OrganisationCreated,
     OrganisationDeleted,
     OrganisationRef,
     RawFileReceived,
-    ScanProfileMutation,
     as_uuid,
 )
 from baton.ingest.rabbitmq import DEAD_LETTER_QUEUE, ORGANISATIONS_QUEUE, Publisher, RabbitMQSource, event_queue
@@ -154,8 +154,8 @@ def test_malformed_messages_go_to_the_dead_letter_queue_and_consuming_continues(
 class CrashBeforeCommit(NormalizerScheduler):
     """Dies like a SIGKILL after handling an event but before the transaction commits."""
 
-    def handle(self, session: Session, event: ScanProfileMutation | RawFileReceived) -> list[Task]:
-        super().handle(session, event)
+    def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
+        super().handle_batch(session, events)
         session.flush()
         os._exit(9)
 
