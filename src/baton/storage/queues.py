@@ -265,9 +265,9 @@ fresh AS (
 ),
 head AS (
   SELECT p.priority, coalesce(
-    (SELECT min(t.fair_key) FROM tasks t, queue q
+    (SELECT min(t.fair_key) FROM tasks t
      WHERE t.status = 'queued' AND t.type = q.type AND t.priority = p.priority), 0) AS fair_key
-  FROM (SELECT DISTINCT priority FROM fresh) p
+  FROM (SELECT DISTINCT priority FROM fresh) p CROSS JOIN queue q
 ),
 room AS (
   SELECT q.enabled AND (q.maxsize = 0 OR q.queued + (SELECT count(*) FROM fresh) <= q.maxsize) AS room
