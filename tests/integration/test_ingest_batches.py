@@ -157,11 +157,13 @@ def orgs(store: Store) -> Store:
     return store
 
 
-def scheduler(kind: type[EventDrivenScheduler], store: Store, org: str, batch_size: int) -> EventDrivenScheduler:
+def scheduler(
+    kind: type[EventDrivenScheduler], store: Store, org: str, batch_size: int, grace_seconds: int = 3600
+) -> EventDrivenScheduler:
     source = InProcessSource()
     context = SchedulerContext(
         store=store,
-        settings=Settings(database_url=store.url, grace_period_seconds=3600),
+        settings=Settings(database_url=store.url, grace_period_seconds=grace_seconds),
         runner="test",
         location="here",
         source_factory=lambda spec: source,
@@ -241,13 +243,17 @@ def made_tasks(store: Store, queue: str) -> list[tuple[Any, ...]]:
         )
 
 
-@pytest.mark.parametrize("kind", [NormalizerScheduler, BoefjeScheduler])
-def test_a_batch_makes_the_tasks_that_one_event_at_a_time_makes(orgs: Store, kind: type[EventDrivenScheduler]) -> None:
+@pytest.mark.parametrize(
+    ("kind", "grace_seconds"), [(NormalizerScheduler, 3600), (BoefjeScheduler, 3600), (BoefjeScheduler, 0)]
+)
+def test_a_batch_makes_the_tasks_that_one_event_at_a_time_makes(
+    orgs: Store, kind: type[EventDrivenScheduler], grace_seconds: int
+) -> None:
     events = {
         org: normalizer_events(org) if kind is NormalizerScheduler else boefje_events() for org in ("batch", "single")
     }
-    batched = scheduler(kind, orgs, "batch", batch_size=100)
-    single = scheduler(kind, orgs, "single", batch_size=1)
+    batched = scheduler(kind, orgs, "batch", batch_size=100, grace_seconds=grace_seconds)
+    single = scheduler(kind, orgs, "single", batch_size=1, grace_seconds=grace_seconds)
     batch_source = run_through(batched, events["batch"])
     single_source = run_through(single, events["single"])
     assert batched.events_handled == single.events_handled == len(events["batch"])
@@ -257,6 +263,9 @@ def test_a_batch_makes_the_tasks_that_one_event_at_a_time_makes(orgs: Store, kin
         reason for _, reason in single_source.rejected
     )
     assert batch_source.rejected, "no event was rejected"
+    if kind is BoefjeScheduler:  # the object that came twice: again at once without a grace period
+        priorities = [priority for priority, _, boefje, ooi, _ in made_tasks(orgs, batched.id) if "a.example" in ooi]
+        assert priorities == ([169, 169] if grace_seconds == 0 else [1, 1])
 
 
 def test_redelivered_events_make_no_second_task_in_one_batch_or_the_next(orgs: Store) -> None:

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import ClassVar
 
 from pydantic import ValidationError
-from sqlalchemy import select, text
+from sqlalchemy import select, text, tuple_
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -58,7 +58,7 @@ from baton.storage.engine import Store, insert_for, on_postgresql
 from baton.storage.queues import PushRequest
 from baton.storage.schedulers import record_heartbeat
 from baton.storage.schedules import claim_due
-from baton.storage.tables import BoefjeRun, Task
+from baton.storage.tables import BoefjeRun, Plugin, Task
 from baton.storage.tables import Schedule as ScheduleRow
 
 log = get_logger("baton.schedulers")
@@ -361,62 +361,96 @@ class BoefjeScheduler(EventDrivenScheduler):
     def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
         catalogue = BatchCatalogue(self.context.catalogue)
         now = self.context.clock()
-        requests = [request for event in events for request in self._plan(session, event, catalogue, now)]
+        organisation = self.spec.organisation
+        wanted = [pair for event in events for pair in self._wanted(session, event, catalogue)]
+        claims = claim_boefje_runs(session, organisation, [(boefje.id, key) for boefje, key in wanted], now, self.grace)
+        requests: list[PushRequest] = []
+        for (boefje, object_key), claim in zip(wanted, claims, strict=True):
+            if not claim.claimed:
+                continue
+            task_id = uuid.uuid4()
+            job = boefje_job(
+                task_id, boefje.id, boefje.name, boefje.version, boefje.oci_image, object_key, organisation
+            )
+            requests.append(
+                PushRequest(
+                    queue=self.id,
+                    priority=rank_boefje_task(claim.previous_run, now),
+                    data=job_document(job),
+                    hash=job_hash(job),
+                    task_id=task_id,
+                )
+            )
         return [result.task for result in queues.push_many(session, requests, utcnow())]
 
-    def _plan(self, session: Session, event: AnyEvent, catalogue: PluginCatalogue, now: datetime) -> list[PushRequest]:
-        """One task per enabled boefje that may scan the object, claimed for the grace period."""
+    def _wanted(self, session: Session, event: AnyEvent, catalogue: PluginCatalogue) -> list[tuple[Plugin, str]]:
+        """(boefje, object) for every enabled boefje that may scan the event's object."""
         if not isinstance(event, ScanProfileMutation | KatScanProfileMutation):
             raise UnprocessableError(f"boefje scheduler cannot handle '{EVENT_KIND[type(event)]}' events")
         self.check_organisation(event)
         change = object_scan_level(event)
         if change.operation == "delete" or change.object_type is None or change.scan_level is None:
             return []
-        organisation = self.spec.organisation
-        requests: list[PushRequest] = []
-        for boefje in catalogue.boefjes_for(session, organisation, change.object_type, change.scan_level):
-            previous = session.get(BoefjeRun, (organisation, boefje.id, change.primary_key))
-            previous_run = previous.queued_at if previous else None
-            if not claim_boefje_run(session, organisation, boefje.id, change.primary_key, now, self.grace):
-                continue
-            task_id = uuid.uuid4()
-            job = boefje_job(
-                task_id, boefje.id, boefje.name, boefje.version, boefje.oci_image, change.primary_key, organisation
-            )
-            requests.append(
-                PushRequest(
-                    queue=self.id,
-                    priority=rank_boefje_task(previous_run, now),
-                    data=job_document(job),
-                    hash=job_hash(job),
-                    task_id=task_id,
-                )
-            )
-        return requests
+        boefjes = catalogue.boefjes_for(session, self.spec.organisation, change.object_type, change.scan_level)
+        return [(boefje, change.primary_key) for boefje in boefjes]
 
     @property
     def grace(self) -> timedelta:
         return timedelta(seconds=self.settings.grace_period_seconds)
 
 
-def claim_boefje_run(
-    session: Session, organisation: str, boefje_id: str, object_key: str, now: datetime, grace: timedelta
-) -> bool:
-    """Atomically record that (boefje, object) is queued now, unless it was within the grace period.
+@dataclass(frozen=True)
+class Claim:
+    claimed: bool
+    previous_run: datetime | None
 
-    One upsert, so two schedulers handling the same event at once cannot both claim it.
-    """
+
+def claim_boefje_runs(
+    session: Session, organisation: str, pairs: Sequence[tuple[str, str]], now: datetime, grace: timedelta
+) -> list[Claim]:
+    """Atomically record that each (boefje, object) is queued now, unless it was within the grace
+    period; one answer per pair, in order, as if claimed one after another (a pair that comes again
+    was queued `now` by its first claim). One upsert, so two schedulers handling the same event at
+    once cannot both claim a pair."""
+    if not pairs:
+        return []
+    distinct = list(dict.fromkeys(pairs))
+    key = tuple_(BoefjeRun.boefje_id, BoefjeRun.object_key)
+    previous: dict[tuple[str, str], datetime] = {
+        (boefje_id, object_key): queued_at
+        for boefje_id, object_key, queued_at in session.execute(
+            select(BoefjeRun.boefje_id, BoefjeRun.object_key, BoefjeRun.queued_at).where(
+                BoefjeRun.organisation == organisation, key.in_(distinct)
+            )
+        )
+    }
     stmt = (
         insert_for(session)(BoefjeRun)
-        .values(organisation=organisation, boefje_id=boefje_id, object_key=object_key, queued_at=now)
+        .values(
+            [
+                {"organisation": organisation, "boefje_id": boefje_id, "object_key": object_key, "queued_at": now}
+                for boefje_id, object_key in distinct
+            ]
+        )
         .on_conflict_do_update(
             index_elements=[BoefjeRun.organisation, BoefjeRun.boefje_id, BoefjeRun.object_key],
             set_={"queued_at": now},
             where=BoefjeRun.queued_at <= now - grace,
         )
-        .returning(BoefjeRun.object_key)
+        .returning(BoefjeRun.boefje_id, BoefjeRun.object_key)
     )
-    return session.execute(stmt).first() is not None
+    won = {(boefje_id, object_key) for boefje_id, object_key in session.execute(stmt)}
+    first: dict[tuple[str, str], Claim] = {}
+    claims: list[Claim] = []
+    for pair in pairs:
+        if pair not in first:
+            first[pair] = Claim(pair in won, previous.get(pair))
+            claims.append(first[pair])
+        elif first[pair].claimed:  # queued a moment ago by its first claim
+            claims.append(Claim(grace <= timedelta(0), now))
+        else:
+            claims.append(first[pair])
+    return claims
 
 
 class NormalizerScheduler(EventDrivenScheduler):
