@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from baton.core.errors import NotFoundError, QueueDisabledError, QueueFullError
+from baton.core.errors import ConflictError, NotFoundError, QueueDisabledError, QueueFullError
 from baton.core.model import SchedulerSpec, TaskStatus
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
@@ -143,6 +143,11 @@ def test_push_many_is_refused_whole_when_the_queue_lacks_room(store: Store) -> N
         queues.push_many(session, [request(1, "new")], NOW)
     with pytest.raises(NotFoundError), store.session() as session:
         queues.push_many(session, [PushRequest(queue="boefje-nobody", priority=1, data={})], NOW)
+    with store.session() as session:
+        session.get_one(Scheduler, "boefje-acme").enabled = True
+        taken = session.scalars(select(Task.id).where(Task.hash == "twin")).one()
+    with pytest.raises(ConflictError), store.session() as session:
+        queues.push_many(session, [PushRequest(queue="boefje-acme", priority=1, data={}, task_id=taken)], NOW)
 
 
 # -- schedulers ---------------------------------------------------------------------------------------

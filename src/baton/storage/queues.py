@@ -154,7 +154,10 @@ def push_many(executable: Executable, requests: Sequence[PushRequest], now: date
 def _push_many_postgresql(executable: Executable, requests: Sequence[PushRequest], now: datetime) -> list[PushResult]:
     queue = requests[0].queue
     params = {"queue_": queue, "now_": now, "rows_": json.dumps(_batch_rows(requests))}
-    answer = [dict(row) for row in executable.execute(_push_many_statement(), params).mappings()]
+    try:
+        answer = [dict(row) for row in executable.execute(_push_many_statement(), params).mappings()]
+    except IntegrityError as exc:  # as in `push`: only a chosen task id can collide unhandled
+        raise ConflictError(f"a task id of the batch for '{queue}' exists already") from exc
     if not answer:
         raise NotFoundError(f"queue '{queue}' not found")
     if not answer[0]["enabled"]:
