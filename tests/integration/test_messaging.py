@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pika
@@ -19,23 +19,25 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from baton.control.organisations import OrganisationWatcher, organisation_applier
-from baton.core.model import SchedulerSpec, SchedulerType
+from baton.core.model import SchedulerSpec, SchedulerType, utcnow
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
 from baton.ingest.events import (
+    AnyEvent,
     OrganisationCreated,
     OrganisationDeleted,
     OrganisationRef,
     RawFileReceived,
-    ScanProfileMutation,
     as_uuid,
 )
 from baton.ingest.rabbitmq import DEAD_LETTER_QUEUE, ORGANISATIONS_QUEUE, Publisher, RabbitMQSource, event_queue
 from baton.ingest.schedulers import NormalizerScheduler, SchedulerContext
+from baton.storage import queues
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
 from baton.storage.plugins import seed_plugins
-from baton.storage.tables import Organisation, Plugin, Task
+from baton.storage.statements import PopTarget
+from baton.storage.tables import Organisation, Plugin, Scheduler, Task
 from baton.testing.servers import rabbitmqctl
 from baton.testing.waiting import wait_until
 
@@ -156,8 +158,8 @@ def test_malformed_messages_go_to_the_dead_letter_queue_and_consuming_continues(
 class CrashBeforeCommit(NormalizerScheduler):
     """Dies like a SIGKILL after handling an event but before the transaction commits."""
 
-    def handle(self, session: Session, event: ScanProfileMutation | RawFileReceived) -> list[Task]:
-        super().handle(session, event)
+    def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
+        super().handle_batch(session, events)
         session.flush()
         os._exit(9)
 
@@ -254,6 +256,50 @@ def test_a_second_instance_of_a_scheduler_waits_for_the_first_and_takes_over_wit
         for thread in threads:
             thread.join(10)
         publisher.close()
+
+
+def queue_depth(amqp_url: str, queue_name: str) -> int:
+    """Messages ready in a queue (unacked ones of a live consumer are not counted)."""
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    depth = connection.channel().queue_declare(queue_name, durable=True, passive=True).method.message_count
+    connection.close()
+    return int(depth)
+
+
+def test_batches_are_acked_after_their_commit_and_a_full_queue_defers_the_rest(store: Store, amqp_url: str) -> None:
+    org = new_org(store)
+    queue_id = f"normalizer-{org}"
+    with store.session() as session:
+        session.get_one(Scheduler, queue_id).maxsize = 150
+    queue_name = event_queue(org, SchedulerType.NORMALIZER)
+    publisher = Publisher(amqp_url)
+    for n in range(250):
+        publisher.publish_event(org, raw_event(f"raw{n}"))
+        if n == 10:  # valid, but not for a normalizer scheduler
+            publisher.publish(queue_name, {"type": "scan_profile_mutation", "object": {"primary_key": "k"}})
+        if n == 120:
+            publisher.publish(queue_name, {"type": "scan_profile_mutation", **SCAN_PROFILE})
+    publisher.close()
+    scheduler = normalizer(store, amqp_url, org)
+    thread = run_in_thread(scheduler)
+    try:
+        assert wait_until(lambda: task_count(store, org) == 150, 30)
+        time.sleep(0.5)  # the rest waits for room, in RabbitMQ
+        assert task_count(store, org) == 150
+        with store.session() as session:
+            queues.pop(session, PopTarget(queue=queue_id), limit=150, now=utcnow())
+        assert wait_until(lambda: scheduler.events_handled == 252, 30)
+    finally:
+        scheduler.stop()
+        thread.join(10)
+    assert queue_depth(amqp_url, queue_name) == 0, "a handled message was not acked"
+    assert distinct_raw_ids(store, org) == as_uuids(f"raw{n}" for n in range(250))
+    reasons = [reason for _, reason in dead_letters(amqp_url, queue_name)]
+    assert len(reasons) == 2
+    assert any("malformed" in reason for reason in reasons) and any("cannot handle" in reason for reason in reasons)
+
+
+SCAN_PROFILE = {"object": {"primary_key": "k", "object_type": "Hostname", "scan_level": 1}}
 
 
 def organisation_exists(store: Store, org: str) -> bool:

@@ -66,6 +66,30 @@ class DatabaseCatalogue:
         ]
 
 
+class BatchCatalogue:
+    """A catalogue's answers kept for one batch of events: each distinct question is asked once.
+
+    Made afresh per batch (in its transaction), so a plugin enabled or disabled counts from the next
+    batch on, as it did from the next event."""
+
+    def __init__(self, catalogue: PluginCatalogue) -> None:
+        self.catalogue = catalogue
+        self._boefjes: dict[tuple[str, str, int], list[Plugin]] = {}
+        self._normalizers: dict[tuple[str, tuple[str, ...]], list[Plugin]] = {}
+
+    def boefjes_for(self, session: Session, organisation: str, object_type: str, scan_level: int) -> list[Plugin]:
+        key = (organisation, object_type, scan_level)
+        if key not in self._boefjes:
+            self._boefjes[key] = self.catalogue.boefjes_for(session, organisation, object_type, scan_level)
+        return self._boefjes[key]
+
+    def normalizers_for(self, session: Session, organisation: str, mime_types: Sequence[str]) -> list[Plugin]:
+        key = (organisation, tuple(mime_types))
+        if key not in self._normalizers:
+            self._normalizers[key] = self.catalogue.normalizers_for(session, organisation, mime_types)
+        return self._normalizers[key]
+
+
 def load_catalogue_file(path: Path) -> list[PluginSpec]:
     import yaml  # only the processes that seed the catalogue read it (not a scheduler)
 

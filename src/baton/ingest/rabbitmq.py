@@ -175,12 +175,55 @@ class Publisher:
 # -- consuming: a scheduler's event source --------------------------------------------------------------
 
 
-class AmqpDelivery:
-    def __init__(self, channel: BlockingChannel, queue_name: str, tag: int, body: bytes) -> None:
+class ReceivedBatch:
+    """The deliveries of one `receive`, acked with one `multiple` ack once every one of them is
+    settled. A nack goes at once, so when the multiple ack is sent the only unacked messages up to
+    its tag are the batch's acked ones (earlier batches are settled; later messages have higher
+    tags). A batch never fully settled is never acked: the broker redelivers it when the channel
+    closes, which is safe (processing is idempotent)."""
+
+    def __init__(self, channel: BlockingChannel) -> None:
         self.channel = channel
+        self.unsettled = 0
+        self.highest_acked = 0
+
+    def add(self) -> None:
+        self.unsettled += 1
+
+    def ack(self, tag: int) -> None:
+        self.highest_acked = max(self.highest_acked, tag)
+        self._settled()
+
+    def nack(self, tag: int) -> None:
+        try:
+            if self.channel.is_open:
+                self.channel.basic_nack(tag, requeue=True)
+        except AMQP_ERRORS:
+            pass
+        self._settled()
+
+    def _settled(self) -> None:
+        self.unsettled -= 1
+        if self.unsettled > 0 or not self.highest_acked:
+            return
+        # A channel lost since receiving means the broker requeued the messages already; their
+        # redelivery is idempotent, so there is nothing to do here.
+        try:
+            if self.channel.is_open:
+                self.channel.basic_ack(self.highest_acked, multiple=True)
+        except AMQP_ERRORS as exc:
+            log.warning("ack failed; messages will be redelivered", error=repr(exc))
+
+
+class AmqpDelivery:
+    def __init__(self, batch: ReceivedBatch, queue_name: str, tag: int, body: bytes) -> None:
+        self.batch = batch
+        self.channel = batch.channel
         self.queue_name = queue_name
         self.tag = tag
         self.body = body
+        self.settled = False
+        batch.add()
         try:
             decoded = json.loads(body)
             self.payload: dict[str, Any] = decoded if isinstance(decoded, dict) else {"_not_an_object": decoded}
@@ -191,20 +234,14 @@ class AmqpDelivery:
         return None
 
     def ack(self) -> None:
-        # A channel lost since receiving means the broker requeued the message already; its
-        # redelivery is idempotent, so there is nothing to do here.
-        try:
-            if self.channel.is_open:
-                self.channel.basic_ack(self.tag)
-        except AMQP_ERRORS as exc:
-            log.warning("ack failed; message will be redelivered", error=repr(exc))
+        if not self.settled:
+            self.settled = True
+            self.batch.ack(self.tag)
 
     def nack(self) -> None:
-        try:
-            if self.channel.is_open:
-                self.channel.basic_nack(self.tag, requeue=True)
-        except AMQP_ERRORS:
-            pass
+        if not self.settled:
+            self.settled = True
+            self.batch.nack(self.tag)
 
     def reject(self, reason: str) -> None:
         dead_letter(self.channel, self.body, self.queue_name, reason)
@@ -224,11 +261,12 @@ class RabbitMQSource:
         self._retry_at = 0.0
         self._backoff = fresh(RECONNECT)
 
-    def _open(self) -> None:
+    def _open(self, batch_size: int) -> None:
         self._connection = connect(self.url)
         channel = self._connection.channel()
         channel.confirm_delivery()  # dead-letter publishes are confirmed
-        channel.basic_qos(prefetch_count=self.prefetch)
+        # At least a batch in flight, or every receive would wait out `wait_seconds` short of one.
+        channel.basic_qos(prefetch_count=max(self.prefetch, batch_size))
         declare_queue(channel, self.queue_name)
         self._channel = channel
         self._messages = channel.consume(self.queue_name, inactivity_timeout=self.wait_seconds)
@@ -240,14 +278,15 @@ class RabbitMQSource:
             return []
         try:
             if self._messages is None:
-                self._open()
+                self._open(limit)
             assert self._channel is not None and self._messages is not None
+            batch = ReceivedBatch(self._channel)
             deliveries: list[AmqpDelivery] = []
             while len(deliveries) < limit:
                 method, _properties, body = next(self._messages)
                 if method is None:
                     break
-                deliveries.append(AmqpDelivery(self._channel, self.queue_name, method.delivery_tag, body or b""))
+                deliveries.append(AmqpDelivery(batch, self.queue_name, method.delivery_tag, body or b""))
             return deliveries
         except AMQP_ERRORS as exc:
             delay = self._backoff.next()

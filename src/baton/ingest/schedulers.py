@@ -9,20 +9,20 @@ from __future__ import annotations
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import ClassVar
 
 from pydantic import ValidationError
-from sqlalchemy import event, select
+from sqlalchemy import event as orm_events
+from sqlalchemy import select, text, tuple_
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import ORMExecuteState, Session
 
 from baton.core.cron import next_cron_run
 from baton.core.errors import FencedError, NotFoundError, QueueDisabledError, QueueFullError, UnprocessableError
-from baton.core.filters import Condition
 from baton.core.jobs import (
     JOB_MODELS,
     Job,
@@ -37,7 +37,7 @@ from baton.core.jobs import (
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, TaskStatus, utcnow
 from baton.core.settings import Settings
-from baton.ingest.catalogue import DatabaseCatalogue, PluginCatalogue
+from baton.ingest.catalogue import BatchCatalogue, DatabaseCatalogue, PluginCatalogue
 from baton.ingest.events import (
     EVENT_KIND,
     AnyEvent,
@@ -56,11 +56,10 @@ from baton.ingest.events import (
 from baton.ingest.ownership import Ownership
 from baton.storage import queues
 from baton.storage.engine import Store, insert_for, on_postgresql
-from baton.storage.filters import compile_tree
 from baton.storage.leases import Claim, fence
 from baton.storage.queues import PushRequest
 from baton.storage.schedules import claim_due
-from baton.storage.tables import BoefjeRun, Task
+from baton.storage.tables import BoefjeRun, Plugin, Task
 from baton.storage.tables import Schedule as ScheduleRow
 
 log = get_logger("baton.schedulers")
@@ -230,8 +229,27 @@ class Scheduler(ABC):
         """Do one round of work; return how much was done (0 lets the loop sleep)."""
 
 
+# What makes one event of a batch unhandleable now: the batch is then handled one event at a time.
+EVENT_FAILURES = (QueueFullError, UnprocessableError, NotFoundError, QueueDisabledError)
+
+
+@dataclass
+class Settlement:
+    """What became of a batch's deliveries: handled (or rejected) ones are acked after the commit,
+    deferred ones (the queue is full) are given back."""
+
+    handled: list[Delivery] = field(default_factory=list)
+    deferred: list[Delivery] = field(default_factory=list)
+
+
 class EventDrivenScheduler(Scheduler):
-    """Turns events from its source into tasks; ack only after the commit that handled them."""
+    """Turns events from its source into tasks; ack only after the commit that handled them.
+
+    A batch of events is handled in one transaction: parsed, planned together (one catalogue lookup
+    per distinct question, one query for what exists already) and pushed in one statement. Only when
+    one of its events cannot be handled (queue full, unprocessable) is the batch redone one event at
+    a time, each in a savepoint, to find which: those are rejected or deferred, the rest handled.
+    """
 
     def __init__(self, spec: SchedulerSpec, context: SchedulerContext, claim: Claim | None = None) -> None:
         super().__init__(spec, context, claim)
@@ -248,36 +266,57 @@ class EventDrivenScheduler(Scheduler):
     def tick(self) -> int:
         if self.source is None:
             return 0
-        handled: list[Delivery] = []
-        deferred: list[Delivery] = []
+        received: Sequence[Delivery] = []
         try:
             with self.transaction() as session:
-                deliveries = self.source.receive(session, self.batch_size)
-                for index, delivery in enumerate(deliveries):
-                    if not self._handle_delivery(session, delivery):
-                        deferred = list(deliveries[index:])
-                        break
-                    handled.append(delivery)
+                received = self.source.receive(session, self.batch_size)
+                settlement = self._handle_deliveries(session, received)
         except Exception:
-            for delivery in (*handled, *deferred):
+            for delivery in received:
                 delivery.nack()
             raise
-        for delivery in handled:
+        for delivery in settlement.handled:
             delivery.ack()
-        self.events_handled += len(handled)
-        for delivery in deferred:
+        self.events_handled += len(settlement.handled)
+        for delivery in settlement.deferred:
             delivery.nack()
-        if deferred:  # queue full: give job runners time to drain it
+        if settlement.deferred:  # queue full: give job runners time to drain it
             self._stop.wait(self.settings.timing.poll_interval_seconds)
-        return len(handled)
+        return len(settlement.handled)
 
-    def _handle_delivery(self, session: Session, delivery: Delivery) -> bool:
-        """Handle one event in a savepoint. False: the queue is full, stop this batch."""
+    def _handle_deliveries(self, session: Session, deliveries: Sequence[Delivery]) -> Settlement:
+        settlement = Settlement()
+        parsed: list[tuple[Delivery, AnyEvent]] = []
+        for delivery in deliveries:
+            try:
+                parsed.append((delivery, parse_event(delivery.payload)))
+            except ValidationError as exc:
+                self._reject(session, delivery, f"malformed event: {exc.errors(include_url=False)}")
+                settlement.handled.append(delivery)
+        if not parsed:
+            return settlement
         try:
-            event = parse_event(delivery.payload)
-        except ValidationError as exc:
-            self._reject(session, delivery, f"malformed event: {exc.errors(include_url=False)}")
-            return True
+            with session.begin_nested():
+                self.handle_batch(session, [event for _, event in parsed])
+        except EVENT_FAILURES:
+            self._handle_one_by_one(session, parsed, settlement)
+            return settlement
+        for delivery, _ in parsed:
+            delivery.settle(session)
+            settlement.handled.append(delivery)
+        return settlement
+
+    def _handle_one_by_one(
+        self, session: Session, parsed: Sequence[tuple[Delivery, AnyEvent]], settlement: Settlement
+    ) -> None:
+        for index, (delivery, event) in enumerate(parsed):
+            if not self._handle_event(session, delivery, event):
+                settlement.deferred.extend(delivery for delivery, _ in parsed[index:])
+                return
+            settlement.handled.append(delivery)
+
+    def _handle_event(self, session: Session, delivery: Delivery, event: AnyEvent) -> bool:
+        """Handle one event in a savepoint. False: the queue is full, stop this batch."""
         try:
             with session.begin_nested():
                 self.handle(session, event)
@@ -298,9 +337,14 @@ class EventDrivenScheduler(Scheduler):
         if row is not None:
             row.error = reason
 
-    @abstractmethod
     def handle(self, session: Session, event: AnyEvent) -> list[dict[str, object]]:
         """Create the tasks one event calls for."""
+        return self.handle_batch(session, [event])
+
+    @abstractmethod
+    def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
+        """Create the tasks these events call for, exactly as handling them one after another would;
+        raise as `handle` would for the first event that cannot be handled."""
 
     def check_organisation(self, event: AnyEvent) -> None:
         named = event_organisation(event)
@@ -331,14 +375,14 @@ def fenced_before_first_write(session: Session, claim: Claim) -> Iterator[None]:
         if flushing.new or flushing.dirty or flushing.deleted:
             check()
 
-    event.listen(session, "do_orm_execute", on_execute)
-    event.listen(session, "before_flush", on_flush)
+    orm_events.listen(session, "do_orm_execute", on_execute)
+    orm_events.listen(session, "before_flush", on_flush)
     try:
         yield
         session.flush()  # pending changes are written (and so fenced) inside the transaction
     finally:
-        event.remove(session, "do_orm_execute", on_execute)
-        event.remove(session, "before_flush", on_flush)
+        orm_events.remove(session, "do_orm_execute", on_execute)
+        orm_events.remove(session, "before_flush", on_flush)
 
 
 def rank_boefje_task(previous_run: datetime | None, now: datetime) -> int:
@@ -394,58 +438,101 @@ class BoefjeScheduler(EventDrivenScheduler):
         with self.transaction() as session:
             return handled + fire_due_schedules(self, session, self.context.clock())
 
-    def handle(self, session: Session, event: AnyEvent) -> list[dict[str, object]]:
+    def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
+        catalogue = BatchCatalogue(self.context.catalogue)
+        now = self.context.clock()
+        organisation = self.spec.organisation
+        wanted = [pair for event in events for pair in self._wanted(session, event, catalogue)]
+        claims = claim_boefje_runs(session, organisation, [(boefje.id, key) for boefje, key in wanted], now, self.grace)
+        requests: list[PushRequest] = []
+        for (boefje, object_key), claim in zip(wanted, claims, strict=True):
+            if not claim.claimed:
+                continue
+            task_id = uuid.uuid4()
+            job = boefje_job(
+                task_id, boefje.id, boefje.name, boefje.version, boefje.oci_image, object_key, organisation
+            )
+            requests.append(
+                PushRequest(
+                    queue=self.id,
+                    priority=rank_boefje_task(claim.previous_run, now),
+                    data=job_document(job),
+                    hash=job_hash(job),
+                    task_id=task_id,
+                )
+            )
+        return [result.task for result in queues.push_many(session, requests, utcnow())]
+
+    def _wanted(self, session: Session, event: AnyEvent, catalogue: PluginCatalogue) -> list[tuple[Plugin, str]]:
+        """(boefje, object) for every enabled boefje that may scan the event's object."""
         if not isinstance(event, ScanProfileMutation | KatScanProfileMutation):
             raise UnprocessableError(f"boefje scheduler cannot handle '{EVENT_KIND[type(event)]}' events")
         self.check_organisation(event)
         change = object_scan_level(event)
         if change.operation == "delete" or change.object_type is None or change.scan_level is None:
             return []
-        now = self.context.clock()
-        organisation = self.spec.organisation
-        created: list[dict[str, object]] = []
-        for boefje in self.context.catalogue.boefjes_for(session, organisation, change.object_type, change.scan_level):
-            previous = session.get(BoefjeRun, (organisation, boefje.id, change.primary_key))
-            previous_run = previous.queued_at if previous else None
-            if not claim_boefje_run(session, organisation, boefje.id, change.primary_key, now, self.grace):
-                continue
-            task_id = uuid.uuid4()
-            job = boefje_job(
-                task_id, boefje.id, boefje.name, boefje.version, boefje.oci_image, change.primary_key, organisation
-            )
-            request = PushRequest(
-                queue=self.id,
-                priority=rank_boefje_task(previous_run, now),
-                data=job_document(job),
-                hash=job_hash(job),
-                task_id=task_id,
-            )
-            created.append(queues.push(session, request, utcnow()).task)
-        return created
+        boefjes = catalogue.boefjes_for(session, self.spec.organisation, change.object_type, change.scan_level)
+        return [(boefje, change.primary_key) for boefje in boefjes]
 
     @property
     def grace(self) -> timedelta:
         return timedelta(seconds=self.settings.grace_period_seconds)
 
 
-def claim_boefje_run(
-    session: Session, organisation: str, boefje_id: str, object_key: str, now: datetime, grace: timedelta
-) -> bool:
-    """Atomically record that (boefje, object) is queued now, unless it was within the grace period.
+@dataclass(frozen=True)
+class RunClaim:
+    """The answer to claiming one (boefje, object) run: whether it is ours now, and its previous run."""
 
-    One upsert, so two schedulers handling the same event at once cannot both claim it.
-    """
+    claimed: bool
+    previous_run: datetime | None
+
+
+def claim_boefje_runs(
+    session: Session, organisation: str, pairs: Sequence[tuple[str, str]], now: datetime, grace: timedelta
+) -> list[RunClaim]:
+    """Atomically record that each (boefje, object) is queued now, unless it was within the grace
+    period; one answer per pair, in order, as if claimed one after another (a pair that comes again
+    was queued `now` by its first claim). One upsert, so two schedulers handling the same event at
+    once cannot both claim a pair."""
+    if not pairs:
+        return []
+    distinct = list(dict.fromkeys(pairs))
+    key = tuple_(BoefjeRun.boefje_id, BoefjeRun.object_key)
+    previous: dict[tuple[str, str], datetime] = {
+        (boefje_id, object_key): queued_at
+        for boefje_id, object_key, queued_at in session.execute(
+            select(BoefjeRun.boefje_id, BoefjeRun.object_key, BoefjeRun.queued_at).where(
+                BoefjeRun.organisation == organisation, key.in_(distinct)
+            )
+        )
+    }
     stmt = (
         insert_for(session)(BoefjeRun)
-        .values(organisation=organisation, boefje_id=boefje_id, object_key=object_key, queued_at=now)
+        .values(
+            [
+                {"organisation": organisation, "boefje_id": boefje_id, "object_key": object_key, "queued_at": now}
+                for boefje_id, object_key in distinct
+            ]
+        )
         .on_conflict_do_update(
             index_elements=[BoefjeRun.organisation, BoefjeRun.boefje_id, BoefjeRun.object_key],
             set_={"queued_at": now},
             where=BoefjeRun.queued_at <= now - grace,
         )
-        .returning(BoefjeRun.object_key)
+        .returning(BoefjeRun.boefje_id, BoefjeRun.object_key)
     )
-    return session.execute(stmt).first() is not None
+    won = {(boefje_id, object_key) for boefje_id, object_key in session.execute(stmt)}
+    first: dict[tuple[str, str], RunClaim] = {}
+    claims: list[RunClaim] = []
+    for pair in pairs:
+        if pair not in first:
+            first[pair] = RunClaim(pair in won, previous.get(pair))
+            claims.append(first[pair])
+        elif first[pair].claimed:  # queued a moment ago by its first claim
+            claims.append(RunClaim(grace <= timedelta(0), now))
+        else:
+            claims.append(first[pair])
+    return claims
 
 
 class NormalizerScheduler(EventDrivenScheduler):
@@ -454,7 +541,13 @@ class NormalizerScheduler(EventDrivenScheduler):
 
     type = SchedulerType.NORMALIZER
 
-    def handle(self, session: Session, event: AnyEvent) -> list[dict[str, object]]:
+    def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
+        catalogue = BatchCatalogue(self.context.catalogue)
+        planned = [job for event in events for job in self._plan(session, event, catalogue)]
+        requests = self._not_handled_yet(session, planned)
+        return [result.task for result in queues.push_many(session, requests, utcnow())]
+
+    def _plan(self, session: Session, event: AnyEvent, catalogue: PluginCatalogue) -> list[PlannedJob]:
         if not isinstance(event, RawFileReceived | KatRawDataReceived):
             raise UnprocessableError(f"normalizer scheduler cannot handle '{EVENT_KIND[type(event)]}' events")
         self.check_organisation(event)
@@ -462,8 +555,8 @@ class NormalizerScheduler(EventDrivenScheduler):
         mime_types = [mime["value"] for mime in raw.mime_types if mime.get("value")]
         if any(mime.startswith("error/") for mime in mime_types):
             return []  # the boefje failed: nothing to normalise (as OpenKAT does)
-        created: list[dict[str, object]] = []
-        for plugin in self.context.catalogue.normalizers_for(session, self.spec.organisation, mime_types):
+        planned: list[PlannedJob] = []
+        for plugin in catalogue.normalizers_for(session, self.spec.organisation, mime_types):
             task_id = uuid.uuid4()
             job = NormalizerJob(
                 id=task_id,
@@ -471,31 +564,59 @@ class NormalizerScheduler(EventDrivenScheduler):
                 raw_data=raw,
             )
             digest = job_hash(job)
-            if already_handled(session, self.id, digest, str(raw.id)):
-                continue  # a redelivered event: its task exists already
             request = PushRequest(queue=self.id, priority=1, data=job_document(job), hash=digest, task_id=task_id)
-            created.append(queues.push(session, request, utcnow()).task)
-        return created
+            planned.append(PlannedJob(request, str(raw.id)))
+        return planned
+
+    def _not_handled_yet(self, session: Session, planned: Sequence[PlannedJob]) -> list[PushRequest]:
+        """Leave out a job whose task exists (a redelivered event), or that an earlier event of the
+        batch asked for already (its task exists by the time this one's turn comes)."""
+        done = handled_raw_files(session, self.id, {job.request.hash for job in planned if job.request.hash})
+        requests: list[PushRequest] = []
+        for job in planned:
+            key = (job.request.hash, job.raw_id)
+            if key not in done:
+                done.add(key)
+                requests.append(job.request)
+        return requests
 
 
-def already_handled(session: Session, scheduler_id: str, digest: str, raw_id: str) -> bool:
-    """A task for this normalizer and this raw file exists that is not failed or cancelled."""
-    same_file = compile_tree(
-        Condition("data", ("raw_data", "id"), "eq", raw_id), "postgresql" if on_postgresql(session) else "sqlite"
-    )
-    return (
-        session.scalar(
-            select(Task.seq)
-            .where(
+@dataclass(frozen=True)
+class PlannedJob:
+    request: PushRequest
+    raw_id: str
+
+
+def handled_raw_files(session: Session, scheduler_id: str, digests: set[str]) -> set[tuple[str | None, str]]:
+    """(hash, raw file id) of the tasks with one of these hashes that are not failed or cancelled:
+    a normalizer (in the hash) has a live task for that raw file."""
+    if not digests:
+        return set()
+    if on_postgresql(session):
+        rows = session.execute(LIVE_RAW_FILES, {"scheduler_id": scheduler_id, "digests": sorted(digests)})
+    else:
+        rows = session.execute(
+            select(Task.hash, Task.data[("raw_data", "id")].as_string()).where(
                 Task.scheduler_id == scheduler_id,
-                Task.hash == digest,
+                Task.hash.in_(digests),
                 Task.status.not_in([TaskStatus.FAILED.value, TaskStatus.CANCELLED.value]),
-                same_file,
             )
-            .limit(1)
         )
-        is not None
-    )
+    return {(digest, found) for digest, found in rows if found is not None}
+
+
+# One index probe per hash, whatever the statistics say: `hash = ANY(...)` may be planned as a scan
+# of all the queue's tasks when the planner believes the queue is small (a new one, stale stats).
+# OFFSET 0 keeps the lateral subquery from being flattened into a join that could be planned so.
+LIVE_RAW_FILES = text("""
+SELECT d.hash, t.raw_id
+FROM unnest(CAST(:digests AS text[])) AS d(hash)
+CROSS JOIN LATERAL (
+  SELECT data #>> '{raw_data,id}' AS raw_id FROM tasks
+  WHERE scheduler_id = :scheduler_id AND hash = d.hash AND status NOT IN ('failed', 'cancelled')
+  OFFSET 0
+) t
+""")
 
 
 class ReportScheduler(Scheduler):
