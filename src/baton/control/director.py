@@ -9,7 +9,7 @@ idempotent, so a restarted director simply converges again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from baton.control.leadership import LeaderElector, SingleProcessLeader
 from baton.control.runners import Runner
@@ -55,6 +55,10 @@ class Director(BackgroundService):
         self.runner = runner
         self.elector = elector or SingleProcessLeader()
         self.is_leader = False
+        # When this director last launched each scheduler: a heartbeat older than that was written by
+        # a previous incarnation (e.g. in a dead director's container), so the launch counts as the
+        # last sign of life until the new one heartbeats (a child process may need many seconds).
+        self.launched_at: dict[str, datetime] = {}
 
     def desired(self) -> set[SchedulerSpec]:
         with self.store.session() as session:
@@ -62,7 +66,8 @@ class Director(BackgroundService):
 
     def stale_heartbeats(self, specs: set[SchedulerSpec]) -> set[str]:
         """Schedulers we run whose heartbeat went stale (the one rule in core/heartbeat.py): hung, or
-        dead unnoticed. A scheduler that never heartbeated yet is still starting, not stale."""
+        dead unnoticed. A scheduler that never heartbeated yet is still starting, not stale; one we
+        launched less than the timeout ago is not stale either, whatever an earlier incarnation wrote."""
         now = utcnow()
         timeout = self.settings.timing.heartbeat_timeout_seconds
         with self.store.session() as session:
@@ -70,7 +75,8 @@ class Director(BackgroundService):
         return {
             scheduler_id
             for scheduler_id, heartbeat_at, state in rows
-            if heartbeat_at is not None and is_stale(state, heartbeat_at, now, timeout)
+            if heartbeat_at is not None
+            and is_stale(state, max(heartbeat_at, self.launched_at.get(scheduler_id, heartbeat_at)), now, timeout)
         }
 
     def record_leadership(self) -> None:
@@ -90,21 +96,30 @@ class Director(BackgroundService):
 
     def reconcile(self) -> ReconcileReport:
         report = ReconcileReport(restarted=self.runner.supervise())
+        self._launched(report.restarted)
         desired = self.desired()
         actual = set(self.runner.list())
         for spec in sorted(desired - actual):
             self.runner.start(spec)
             report.started.append(spec.id)
+        self._launched(report.started)
         for spec in sorted(actual - desired):
             self.runner.stop(spec.id)
+            self.launched_at.pop(spec.id, None)
             report.stopped.append(spec.id)
         for scheduler_id in sorted(self.stale_heartbeats(desired & actual)):
             log.warning("stale heartbeat; restarting scheduler", scheduler=scheduler_id)
             self.runner.restart(scheduler_id)
+            self._launched([scheduler_id])
             report.restarted.append(scheduler_id)
         if report.started or report.stopped or report.restarted:
             log.info("reconciled", started=report.started, stopped=report.stopped, restarted=report.restarted)
         return report
+
+    def _launched(self, scheduler_ids: list[str]) -> None:
+        now = utcnow()
+        for scheduler_id in scheduler_ids:
+            self.launched_at[scheduler_id] = now
 
     def step(self) -> ReconcileReport | None:
         """One round: renew leadership, then reconcile if leading. A lost lead stops everything."""
@@ -113,6 +128,7 @@ class Director(BackgroundService):
             if self.is_leader:
                 log.warning("lost leadership; stopping local schedulers")
                 self.runner.shutdown()
+                self.launched_at.clear()
             self.is_leader = False
             return None
         self.is_leader = True
