@@ -11,17 +11,23 @@ import tempfile
 from pathlib import Path
 
 import bench.containers
-from bench.containers.report import write_results
+from bench.containers.report import write_results, write_summary
 from bench.containers.scenarios import run_embedded, run_split, run_sqlite
 from bench.containers.stack import ROOT, log
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.containers", description=(bench.containers.__doc__ or "").split("\n\n")[0])
+    summary = (bench.containers.__doc__ or "").split("\n\n")[0]
+    parser = argparse.ArgumentParser(prog="python -m bench.containers", description=summary)
     parser.add_argument("--quick", action="store_true", help="fewer events, shorter gaps (a smoke run)")
     parser.add_argument("--skip-embedded", action="store_true", help="only the split deployment")
     parser.add_argument("--keep", action="store_true", help="leave the containers running afterwards")
     parser.add_argument("--output", default=str(ROOT / "docs" / "replication-containers.md"))
+    parser.add_argument(
+        "--summary",
+        default=str(ROOT / "docs" / "replication.md"),
+        help="a document whose marked block gets the exactly-once counts ('' for none)",
+    )
     args = parser.parse_args()
     # SIGTERM (e.g. a killed job) unwinds like an exception, so every stack is taken down.
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
@@ -57,6 +63,9 @@ def main() -> None:
     command = "bash bench/containers.sh" + (" --quick" if quick else "")
     write_results(Path(args.output), split, embedded, sqlite, command)
     log(f"wrote {args.output}; logs in {log_dir}")
+    if args.summary:
+        written = write_summary(Path(args.summary), split, embedded, command)
+        log(f"{'wrote the counts into' if written else 'no summary markers in'} {args.summary}")
     failed = [r for r in (split, embedded) if r and (r["duplicated"] or r["missing"] or not r["all_completed"])]
     sys.exit(1 if failed else 0)
 

@@ -89,6 +89,7 @@ def run_split(
         stack.up("api")
         report["up_seconds"] = time.time() - started
         wait_for(lambda: stack.leader() is not None, 120, "no director became leader")
+        report["healthy_at_start"] = stack.healthchecks("postgres", "rabbitmq", "api", "director")
         report["schedulers_start_seconds"] = prepare(stack, orgs, 3)
         log(f"split: {len(orgs) * 3} schedulers running; events at {rate:.0f}/s, {clients} clients")
         ledger = Ledger()
@@ -119,6 +120,7 @@ def run_split(
         for runner in runners:
             runner.join(30)
         report.update(summarise(stack, ledger, publisher, all_completed))
+        report["healthy_at_end"] = stack.healthchecks("postgres", "rabbitmq", "api", "director")
         report["costs"] = action_costs(chaos.actions, ledger, event_latencies(stack, ledger), time.time())
         report["failover_seconds"] = chaos.failover_seconds
         report["baseline_latency"] = baseline_latency(ledger, event_latencies(stack, ledger), chaos.actions)

@@ -126,6 +126,16 @@ class Stack:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
+    def healthchecks(self, *services: str) -> dict[str, bool]:
+        """Each container's compose healthcheck (`baton-probe`), run once: Podman schedules them only
+        with systemd, so they are run on demand, as `podman healthcheck run` does by hand."""
+        return {
+            name: subprocess.run(["podman", "healthcheck", "run", name], capture_output=True, timeout=60).returncode
+            == 0
+            for service in services
+            for name in self.containers(service)
+        }
+
     def hostnames(self, service: str) -> dict[str, str]:
         """Container hostname (what `leaders.holder` and `schedulers.location` carry) -> container."""
         return {
