@@ -56,8 +56,7 @@ class Director(BackgroundService):
         self.elector = elector or SingleProcessLeader()
         self.is_leader = False
         # When this director last launched each scheduler: a heartbeat older than that was written by
-        # a previous incarnation (e.g. in a dead director's container), so the launch counts as the
-        # last sign of life until the new one heartbeats (a child process may need many seconds).
+        # a previous incarnation (e.g. in a dead director's container), not by the one now starting.
         self.launched_at: dict[str, datetime] = {}
 
     def desired(self) -> set[SchedulerSpec]:
@@ -66,8 +65,10 @@ class Director(BackgroundService):
 
     def stale_heartbeats(self, specs: set[SchedulerSpec]) -> set[str]:
         """Schedulers we run whose heartbeat went stale (the one rule in core/heartbeat.py): hung, or
-        dead unnoticed. A scheduler that never heartbeated yet is still starting, not stale; one we
-        launched less than the timeout ago is not stale either, whatever an earlier incarnation wrote."""
+        dead unnoticed. A scheduler that has not heartbeated since we launched it (or ever) is still
+        starting, not stale, however long that takes: a child process importing Baton on a busy
+        machine may need longer than the timeout, and restarting it would only start it over. One
+        that dies while starting is restarted by the runner's supervise()."""
         now = utcnow()
         timeout = self.settings.timing.heartbeat_timeout_seconds
         with self.store.session() as session:
@@ -76,7 +77,8 @@ class Director(BackgroundService):
             scheduler_id
             for scheduler_id, heartbeat_at, state in rows
             if heartbeat_at is not None
-            and is_stale(state, max(heartbeat_at, self.launched_at.get(scheduler_id, heartbeat_at)), now, timeout)
+            and heartbeat_at >= self.launched_at.get(scheduler_id, heartbeat_at)
+            and is_stale(state, heartbeat_at, now, timeout)
         }
 
     def record_leadership(self) -> None:
@@ -95,31 +97,32 @@ class Director(BackgroundService):
         return requeued, failed
 
     def reconcile(self) -> ReconcileReport:
+        # Launch times are taken before the launch: a thread may heartbeat before start() returns.
+        before_supervise = utcnow()
         report = ReconcileReport(restarted=self.runner.supervise())
-        self._launched(report.restarted)
+        self._launched(report.restarted, before_supervise)
         desired = self.desired()
         actual = set(self.runner.list())
         for spec in sorted(desired - actual):
+            self._launched([spec.id], utcnow())
             self.runner.start(spec)
             report.started.append(spec.id)
-        self._launched(report.started)
         for spec in sorted(actual - desired):
             self.runner.stop(spec.id)
             self.launched_at.pop(spec.id, None)
             report.stopped.append(spec.id)
         for scheduler_id in sorted(self.stale_heartbeats(desired & actual)):
             log.warning("stale heartbeat; restarting scheduler", scheduler=scheduler_id)
+            self._launched([scheduler_id], utcnow())
             self.runner.restart(scheduler_id)
-            self._launched([scheduler_id])
             report.restarted.append(scheduler_id)
         if report.started or report.stopped or report.restarted:
             log.info("reconciled", started=report.started, stopped=report.stopped, restarted=report.restarted)
         return report
 
-    def _launched(self, scheduler_ids: list[str]) -> None:
-        now = utcnow()
+    def _launched(self, scheduler_ids: list[str], at: datetime) -> None:
         for scheduler_id in scheduler_ids:
-            self.launched_at[scheduler_id] = now
+            self.launched_at[scheduler_id] = at
 
     def step(self) -> ReconcileReport | None:
         """One round: renew leadership, then reconcile if leading. A lost lead stops everything."""
