@@ -11,12 +11,17 @@ leader's container (`kill -9`), then `podman restart` PostgreSQL and RabbitMQ on
 
 Scenario "embedded": what the question asks literally, a container whose process holds its
 schedulers in memory (`baton serve`: API + director + thread-runner schedulers in one process)
-replicated twice on one PostgreSQL; the leading replica is killed mid-run.
+replicated twice on one PostgreSQL; the leading replica is killed mid-run. Scenario "sqlite": the
+same container on the image's default (a SQLite file per container), replicated twice.
 
 Counted from what the clients saw and what the database holds: events in (confirmed publishes),
 tasks created, duplicated (one hash or one event twice), missing (an event without a task), handed
 out twice (every pop of every client is recorded), completed; failover and recovery times; what each
 kill or restart cost (client errors, the longest time without a successful pop, event-to-task delay).
 
-    python -m bench.containers [--quick] [--output docs/replication-containers.md] [--keep]
+Modules: stack (podman, podman-compose, waiting), clients (job runners and publisher, the Ledger of
+what they saw), chaos (kills and restarts), measure (counts and costs), scenarios (the three runs),
+report (the documents), __main__ (the command line).
+
+    python -m bench.containers [--quick] [--skip-embedded] [--keep] [--output FILE] [--summary FILE]
 """

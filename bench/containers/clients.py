@@ -153,9 +153,9 @@ class AmqpPublisher:
 
 class EventPublisher(threading.Thread):
     """Publishes one scan-profile mutation per object to `{org}__scan_profile_mutations`, confirmed
-    and persistent; records when each was
-    confirmed and how long each publish took (it retries through a broker restart). Runs at `rate`
-    until stopped, so events flow through every kill and restart."""
+    and persistent; records when each was confirmed and how long each publish took (it retries
+    through a broker restart). Runs at `rate` until stopped, so events flow through every kill and
+    restart."""
 
     def __init__(self, stack: Stack, ledger: Ledger, organisations: list[str], rate: float) -> None:
         super().__init__(daemon=True, name="publisher")
