@@ -55,6 +55,7 @@ def summarise(stack: Stack, ledger: Ledger, publisher: EventPublisher, all_compl
         "statuses": statuses,
         "all_completed": all_completed,
         "client_errors": len(ledger.errors),
+        "left_in_rabbitmq": stack.messages_left("scan_profile_mutations"),
     }
 
 

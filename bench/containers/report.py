@@ -49,8 +49,12 @@ def write_results(
         lines += counts(embedded, "embedded: 2 x `baton serve`")
     lines += [
         "",
-        "Duplicated: events (or task hashes) with more than one task. Missing: confirmed events without a task. "
-        "Handed out twice: tasks that more than one pop returned (at once: while another client still held it).",
+        "Duplicated: events (or task hashes) with more than one task. Missing: confirmed events without a task "
+        "when the run ended (after up to 5 minutes of waiting for every task to complete). Handed out twice: tasks "
+        "that more than one pop returned (at once: while another client still held it). Scan-profile mutations "
+        f"still in RabbitMQ's queues at the end (not consumed, so not lost): split {split['left_in_rabbitmq']}"
+        + (f", embedded {embedded['left_in_rabbitmq']}" if embedded else "")
+        + ".",
         "",
         "Healthchecks of the compose file (`podman healthcheck run`: `pg_isready`, `rabbitmq-diagnostics`, "
         "`baton-probe api`, `baton-probe director`): "
@@ -133,13 +137,13 @@ def image_build(record: Path = ROOT / "build" / "containers-images.json") -> str
     except (OSError, ValueError):
         return ""
     how = (
-        "everything rebuilt without cache (`--rebuild`)"
+        "everything rebuilt without cache, `--rebuild`"
         if build.get("rebuild")
         else "base image debootstrapped"
         if build.get("base_debootstrapped")
         else "existing base image kept, image builds cached"
     )
-    return f", built at {build.get('finished', '?')} in {build.get('seconds', '?')} s ({how})"
+    return f", built at {build.get('finished', '?')} in {build.get('seconds', '?')} s: {how}"
 
 
 def healthy(results: dict[str, bool]) -> str:

@@ -136,6 +136,16 @@ class Stack:
             for name in self.containers(service)
         }
 
+    def messages_left(self, suffix: str) -> int:
+        """Messages still in RabbitMQ's queues whose names end with `suffix` (not consumed, not lost)."""
+        command = ["rabbitmqctl", "-q", "list_queues", "name", "messages"]
+        try:
+            output = podman("exec", self.container("rabbitmq", 1), *command)
+        except (RuntimeError, subprocess.SubprocessError):
+            return -1  # unknown; reported as such
+        counts = (line.split() for line in output.splitlines())
+        return sum(int(row[1]) for row in counts if len(row) == 2 and row[0].endswith(suffix) and row[1].isdigit())
+
     def hostnames(self, service: str) -> dict[str, str]:
         """Container hostname (what `leaders.holder` and `schedulers.location` carry) -> container."""
         return {
