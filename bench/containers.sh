@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The replication experiment in containers (bench/containers.py): podman-compose up with 3 API
+# The replication experiment in containers (the bench/containers package): podman-compose up with 3 API
 # replicas, 2 directors, PostgreSQL and RabbitMQ; clients on this machine; kills and restarts of
 # every component; then two replicas of `baton serve` with the embedded director. Writes
 # docs/replication-containers.md and stops every container it started.
@@ -14,8 +14,16 @@ for image in "localhost/baton:$version" localhost/baton-postgres:bookworm localh
     exit 1
   fi
 done
-# The clients and the publisher run here; they need httpx, psycopg, pika and PyYAML (Baton's dependencies).
+# The clients and the publisher run here; they need httpx, psycopg, pika and PyYAML (Baton's
+# dependencies). Without them in python3, a virtualenv of their own under build/ (never the system's).
+python=python3
 if ! python3 -c 'import httpx, psycopg, pika, yaml' 2>/dev/null; then
-  python3 -m pip install --quiet httpx 'psycopg[binary]' pika pyyaml
+  venv=build/containers-venv
+  if [ ! -x "$venv/bin/python" ] && ! python3 -m venv "$venv"; then
+    echo "cannot create $venv: install python3-venv (Debian)" >&2
+    exit 1
+  fi
+  "$venv/bin/pip" install --quiet httpx 'psycopg[binary]' pika pyyaml
+  python=$venv/bin/python
 fi
-exec python3 -m bench.containers "$@"
+exec "$python" -m bench.containers "$@"

@@ -63,11 +63,13 @@ print(found[0] if found else "http://deb.debian.org/debian")
 PY
 }
 
+BASE_BUILT=false
 build_python_base() {
   if [ $REBUILD = 0 ] && podman image exists "$PYTHON_BASE"; then
     echo "$PYTHON_BASE exists"
     return 0
   fi
+  BASE_BUILT=true
   local mirror dir
   mirror=$(debian_mirror)
   dir=$(mktemp -d /var/tmp/baton-rootfs.XXXXXX)
@@ -154,7 +156,13 @@ build_python_base
 build_service_image postgres "$POSTGRES_IMAGE"
 build_service_image rabbitmq "$RABBITMQ_IMAGE"
 build_baton
-step "done in $(($(date +%s) - started)) s"
+seconds=$(($(date +%s) - started))
+step "done in $seconds s"
+# What bench/containers.sh reports about the images it ran.
+mkdir -p build
+printf '{"seconds": %s, "base_debootstrapped": %s, "rebuild": %s, "finished": "%s", "image": "%s"}\n' \
+  "$seconds" "$BASE_BUILT" "$([ $REBUILD = 1 ] && echo true || echo false)" "$(date -u +%FT%TZ)" "$BATON_IMAGE" \
+  >build/containers-images.json
 podman images --filter reference='*baton*' --format '{{.Repository}}:{{.Tag}}\t{{.Size}}'
 cat <<EOF
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,59 @@ def test_director_restarts_a_scheduler_with_a_stale_heartbeat(store: Store) -> N
         assert "boefje-acme" in director.reconcile().restarted
     finally:
         director.stop()
+
+
+class SlowStartingRunner:
+    """Launches nothing: every scheduler is still starting, as a child process on a busy machine is."""
+
+    name = "slow"
+
+    def __init__(self) -> None:
+        self.specs: dict[str, SchedulerSpec] = {}
+
+    def start(self, spec: SchedulerSpec) -> None:
+        self.specs.setdefault(spec.id, spec)
+
+    def stop(self, scheduler_id: str, timeout: float = 10.0) -> None:
+        self.specs.pop(scheduler_id, None)
+
+    def restart(self, scheduler_id: str) -> None:
+        return None
+
+    def list(self) -> list[SchedulerSpec]:
+        return sorted(self.specs.values())
+
+    def status(self, scheduler_id: str) -> SchedulerState | None:
+        return SchedulerState.STARTING if scheduler_id in self.specs else None
+
+    def supervise(self) -> list[str]:
+        return []
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        self.specs.clear()
+
+
+def test_director_waits_for_a_scheduler_it_launched_whatever_an_earlier_heartbeat_says(store: Store) -> None:
+    """After a failover the row still holds the dead leader's last heartbeat: the new leader must not
+    restart the scheduler it just launched, round after round, before that one could heartbeat."""
+    add_org(store, "acme")
+    with store.session() as session:
+        row = session.get(SchedulerRow, "boefje-acme")
+        assert row is not None
+        row.state = SchedulerState.RUNNING.value
+        row.location = "dead-container:12"
+        row.heartbeat_at = utcnow() - timedelta(seconds=60)
+    director = Director(store, Settings(database_url=store.url, heartbeat_timeout_seconds=30), SlowStartingRunner())
+    assert "boefje-acme" in director.reconcile().started
+    assert director.reconcile().restarted == []
+    # Launched 50 s ago, after that old heartbeat and longer ago than the timeout: slow, but starting.
+    director.launched_at["boefje-acme"] = utcnow() - timedelta(seconds=50)
+    assert director.reconcile().restarted == []
+    with store.session() as session:  # it heartbeated once since its launch, then went silent: hung
+        row = session.get(SchedulerRow, "boefje-acme")
+        assert row is not None
+        row.heartbeat_at = utcnow() - timedelta(seconds=40)
+    assert director.reconcile().restarted == ["boefje-acme"]
 
 
 def run_cli(*args: str, env_extra: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -56,8 +56,7 @@ def test_deployments_replicas_probes_and_security() -> None:
     assert deployments["baton-api"]["spec"]["replicas"] == 3
     assert deployments["baton-director"]["spec"]["replicas"] == 2
     api = deployments["baton-api"]["spec"]["template"]["spec"]["containers"][0]
-    # /ready through baton-probe (an httpGet probe cannot carry the token /ready needs with auth on).
-    assert api["readinessProbe"]["exec"]["command"] == ["baton-probe", "api"]
+    assert api["readinessProbe"]["httpGet"]["path"] == "/ready"
     assert api["livenessProbe"]["httpGet"]["path"] == "/health"
     director = deployments["baton-director"]["spec"]["template"]["spec"]
     assert director["serviceAccountName"] == "baton-director"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from baton.control.leadership import LeaderElector, SingleProcessLeader
 from baton.control.runners import Runner
@@ -59,6 +59,9 @@ class Director(BackgroundService):
         self._said_following = False
         self._office = threading.RLock()  # taking office, stepping down and reconciling never interleave
         self._wake = threading.Event()
+        # When this director last launched each scheduler: a heartbeat older than that was written by
+        # a previous incarnation (e.g. in a dead director's container), not by the one now starting.
+        self.launched_at: dict[str, datetime] = {}
 
     def desired(self) -> set[SchedulerSpec]:
         with self.store.session() as session:
@@ -66,7 +69,10 @@ class Director(BackgroundService):
 
     def stale_heartbeats(self, specs: set[SchedulerSpec]) -> set[str]:
         """Schedulers we run whose heartbeat went stale (the one rule in core/heartbeat.py): hung, or
-        dead unnoticed. A scheduler that never heartbeated yet is still starting, not stale."""
+        dead unnoticed. A scheduler that has not heartbeated since we launched it (or ever) is still
+        starting, not stale, however long that takes: a child process importing Baton on a busy
+        machine may need longer than the timeout, and restarting it would only start it over. One
+        that dies while starting is restarted by the runner's supervise()."""
         now = utcnow()
         timeout = self.settings.timing.heartbeat_timeout_seconds
         with self.store.session() as session:
@@ -74,7 +80,9 @@ class Director(BackgroundService):
         return {
             scheduler_id
             for scheduler_id, heartbeat_at, state in rows
-            if heartbeat_at is not None and is_stale(state, heartbeat_at, now, timeout)
+            if heartbeat_at is not None
+            and heartbeat_at >= self.launched_at.get(scheduler_id, heartbeat_at)
+            and is_stale(state, heartbeat_at, now, timeout)
         }
 
     def record_leadership(self) -> None:
@@ -107,20 +115,31 @@ class Director(BackgroundService):
         return requeued, failed
 
     def reconcile(self) -> ReconcileReport:
+        # Launch times are taken before the launch: a thread may heartbeat before start() returns.
+        before_supervise = utcnow()
         report = ReconcileReport(restarted=self.runner.supervise())
+        self._launched(report.restarted, before_supervise)
         desired = self.desired()
         actual = set(self.runner.list())
-        report.started = self.runner.start_many(sorted(desired - actual))
+        to_start = sorted(desired - actual)
+        self._launched([spec.id for spec in to_start], utcnow())
+        report.started = self.runner.start_many(to_start)
         for spec in sorted(actual - desired):
             self.runner.stop(spec.id)
+            self.launched_at.pop(spec.id, None)
             report.stopped.append(spec.id)
         for scheduler_id in sorted(self.stale_heartbeats(desired & actual)):
             log.warning("stale heartbeat; restarting scheduler", scheduler=scheduler_id)
+            self._launched([scheduler_id], utcnow())
             self.runner.restart(scheduler_id)
             report.restarted.append(scheduler_id)
         if report.started or report.stopped or report.restarted:
             log.info("reconciled", started=report.started, stopped=report.stopped, restarted=report.restarted)
         return report
+
+    def _launched(self, scheduler_ids: list[str], at: datetime) -> None:
+        for scheduler_id in scheduler_ids:
+            self.launched_at[scheduler_id] = at
 
     def keep_leadership(self) -> bool:
         """Acquire or renew the lead; a new term takes office, a lost one stops everything."""
@@ -130,6 +149,7 @@ class Director(BackgroundService):
                 if self.is_leader:
                     log.warning("lost leadership; stopping local schedulers", term=self.term)
                     self.runner.shutdown()
+                    self.launched_at.clear()
                 elif not self._said_following:
                     log.info("another director leads; waiting as a follower", holder=self.holder)
                 self._said_following = True
