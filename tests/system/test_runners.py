@@ -158,12 +158,21 @@ class SlowStartingRunner:
     """Launches nothing: every scheduler is still starting, as a child process on a busy machine is."""
 
     name = "slow"
+    revokes_on_takeover = False
 
     def __init__(self) -> None:
         self.specs: dict[str, SchedulerSpec] = {}
 
     def start(self, spec: SchedulerSpec) -> None:
         self.specs.setdefault(spec.id, spec)
+
+    def start_many(self, specs: list[SchedulerSpec]) -> list[str]:
+        for spec in specs:
+            self.start(spec)
+        return [spec.id for spec in specs]
+
+    def follow_leader(self, term: int | None) -> None:
+        return None
 
     def stop(self, scheduler_id: str, timeout: float = 10.0) -> None:
         self.specs.pop(scheduler_id, None)
