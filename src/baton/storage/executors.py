@@ -50,6 +50,8 @@ class QueueExecutor(Protocol):
 
     async def queue_exists(self, queue_id: str) -> bool: ...
 
+    async def any_caps(self) -> bool: ...
+
     async def close(self) -> None: ...
 
 
@@ -96,6 +98,13 @@ class ThreadExecutor:
 
         return await self._run(work)
 
+    async def any_caps(self) -> bool:
+        def work() -> bool:
+            with self.store.engine.connect() as conn:
+                return bool(conn.execute(statements.any_caps()).scalar())
+
+        return await self._run(work)
+
     async def close(self) -> None:
         self._pool.shutdown(wait=True)
 
@@ -112,6 +121,8 @@ def _compiled(statement_key: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
         statement = statements.push_postgresql(statement_key[1], raw_data=True)
     elif kind == "queue_exists":
         statement = statements.queue_exists()
+    elif kind == "any_caps":
+        statement = statements.any_caps()
     else:
         statement = statements.change_status(TaskStatus(statement_key[1]), raw_data=True)
     compiled = statement.compile(dialect=statements.dialect_of("postgresql"))
@@ -179,6 +190,10 @@ class PostgresExecutor:
 
     async def queue_exists(self, queue_id: str) -> bool:
         return bool(await self._fetch(("queue_exists",), {"queue_": queue_id}))
+
+    async def any_caps(self) -> bool:
+        rows = await self._fetch(("any_caps",), {})
+        return bool(rows and next(iter(rows[0].values())))
 
     async def close(self) -> None:
         if self._opened:
