@@ -389,7 +389,9 @@ def section_fairness(result: dict[str, Any]) -> list[str]:
             "lrrrrrrrrr",
         ),
         f"Quiet p99 dwell, fairness on / no noisy organisation: "
-        f"{shown(ratios['dwell_p99_on_to_no_noisy'], 'times')}; fairness off / no noisy: "
+        f"{shown(ratios['dwell_p99_on_to_no_noisy'], 'times')} (median over rounds of each round's ratio; "
+        f"pooled over all segments {shown(ratios.get('dwell_p99_on_to_no_noisy_pooled'), 'times')}); "
+        "fairness off / no noisy: "
         f"{shown(ratios['dwell_p99_off_to_no_noisy'], 'times')} (a lower bound when tasks were left unserved).",
         "",
         "![dwell time per quiet organisation](benchmarks-fairness.png)",

@@ -7,7 +7,8 @@ Three series: BATON_FAIRNESS=false and =true on one database holding the backlog
 second database without the noisy organisation (the baseline for dwell). Three servers run side by
 side and the series are measured in short segments, interleaved over rounds (off, on, baseline, off,
 ...): a machine whose load drifts, or stalls for a moment, hits every series alike, so the ratios
-compare like with like. A segment: the feeders push for a few seconds; the runners keep popping
+compare like with like (the dwell verdict is the median over rounds of each round's p99 ratio, so
+one segment hit by a stall does not decide it). A segment: the feeders push for a few seconds; the runners keep popping
 `DRAIN` seconds longer, so the last pushes can be served too; then the quiet tasks are deleted (the
 next segment starts with none queued) and the noisy backlog stays.
 
@@ -114,6 +115,7 @@ class Samples:
     """What one series gathered over its segments."""
 
     rates: list[Rate] = dataclasses.field(default_factory=list)
+    segment_p99: list[float] = dataclasses.field(default_factory=list)
     dwell: list[float] = dataclasses.field(default_factory=list)
     served: list[float] = dataclasses.field(default_factory=list)
     per_org: dict[str, list[float]] = dataclasses.field(default_factory=lambda: defaultdict(list))
@@ -157,17 +159,20 @@ def segment(url: str, conn: psycopg.Connection[Any], duration: float, samples: S
         (NOISY, begun),
     ).fetchone()
     samples.handed_out[NOISY] += int(noisy_pops[0]) if noisy_pops else 0
+    segment_dwell = []
     for organisation, status, created_at, modified_at in quiet_rows:
         was_served = status == "dispatched"
         handed = modified_at if was_served else ended
         seconds = max(0.0, (handed - created_at).total_seconds())
         samples.dwell.append(seconds)
+        segment_dwell.append(seconds)
         samples.per_org[organisation].append(seconds)
         if was_served:
             samples.served.append(seconds)
             samples.handed_out[organisation] += 1
         pushed_at = round(created_at.timestamp() - started[0], 3)
         samples.points.append([organisation, pushed_at, round(seconds, 4), was_served])
+    samples.segment_p99.append(percentile(segment_dwell, 0.99))
     conn.execute("DELETE FROM tasks WHERE organisation = ANY(%s)", (QUIET,))
 
 
@@ -194,10 +199,19 @@ def summary(samples: Samples, fairness: bool, backlog: int, duration: float) -> 
         "quiet_dwell_p99_s": percentile(samples.dwell, 0.99),
         "quiet_served_dwell_p50_s": percentile(samples.served, 0.50) if samples.served else None,
         "quiet_served_dwell_p99_s": percentile(samples.served, 0.99) if samples.served else None,
+        "quiet_dwell_p99_per_segment_s": samples.segment_p99,
         "worst_quiet_org_p99_s": max((percentile(values, 0.99) for values in samples.per_org.values()), default=None),
         "share_of_pops": served_share,
         "points": samples.points,
     }
+
+
+def paired_ratio(series: Samples, baseline: Samples) -> float | None:
+    """The median over rounds of this round's p99 dwell against the baseline's in the same round:
+    one segment that a stall of the machine hit does not decide the verdict."""
+    ratios = [ratio(mine, theirs) for mine, theirs in zip(series.segment_p99, baseline.segment_p99, strict=True)]
+    known = [value for value in ratios if value is not None]
+    return statistics.median(known) if known else None
 
 
 def baseline_context(ctx: Context) -> Context:
@@ -266,7 +280,10 @@ def run(ctx: Context) -> dict[str, Any]:
         "noisy_left_queued": noisy_left,
         "runs": runs,
         "ratios": {
-            "dwell_p99_on_to_no_noisy": ratio(runs["on"]["quiet_dwell_p99_s"], runs["no_noisy"]["quiet_dwell_p99_s"]),
+            "dwell_p99_on_to_no_noisy": paired_ratio(gathered["on"], gathered["no_noisy"]),
+            "dwell_p99_on_to_no_noisy_pooled": ratio(
+                runs["on"]["quiet_dwell_p99_s"], runs["no_noisy"]["quiet_dwell_p99_s"]
+            ),
             "dwell_p99_off_to_no_noisy": ratio(runs["off"]["quiet_dwell_p99_s"], runs["no_noisy"]["quiet_dwell_p99_s"]),
             "throughput_on_to_off": ratio(runs["on"]["pops_per_second"], runs["off"]["pops_per_second"]),
         },
