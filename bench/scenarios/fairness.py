@@ -1,32 +1,50 @@
-"""Fair pop across organisations (issue 21): ten organisations, one ("noisy") with a large backlog,
-nine ("quiet-1".."quiet-9") receiving a steady trickle of new tasks at the same priority through
-HTTP pushes, while 8 job-runner clients pop through `POST /schedulers/boefje/pop` on one
-`baton serve`. Three runs: BATON_FAIRNESS=false, =true, and =true without the noisy organisation
-(the baseline for dwell). Dwell = push to hand-out, from the tasks' `created_at` and `modified_at`
-(both set by the server); a quiet task not handed out by the end of a run counts with its age then
-(so its dwell is a lower bound). Separately, pop throughput with fairness off and on, interleaved,
-with all ten organisations backlogged."""
+"""Fair pop across organisations (issue 21): ten organisations, one ("noisy") with a backlog of
+100,000 tasks, nine ("quiet-1".."quiet-9") receiving a steady trickle of new tasks at the same
+priority through HTTP pushes, while 8 job-runner clients pop through `POST /schedulers/boefje/pop`
+on `baton serve`.
+
+Three series: BATON_FAIRNESS=false and =true on one database holding the backlog, and =true on a
+second database without the noisy organisation (the baseline for dwell). Three servers run side by
+side and the series are measured in short segments, interleaved over rounds (off, on, baseline, off,
+...): a machine whose load drifts, or stalls for a moment, hits every series alike, so the ratios
+compare like with like (the dwell verdict is the median over rounds of each round's p99 ratio, so
+one segment hit by a stall does not decide it). A segment: the feeders push for a few seconds; the runners keep popping
+`DRAIN` seconds longer, so the last pushes can be served too; then the quiet tasks are deleted (the
+next segment starts with none queued) and the noisy backlog stays.
+
+Dwell = push to hand-out, from the tasks' `created_at` and `modified_at` (both set by the server
+when it starts handling the request); a quiet task not handed out by the end of its segment counts
+with its age then (a lower bound). Pop throughput, fairness off against on, comes from the same
+segments (the runners pop all the time).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
+import statistics
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import datetime
 from typing import Any
 
-from bench.loadgen import measure
+import psycopg
+from sqlalchemy.engine import make_url
+
+from baton.storage.executors import libpq_conninfo
+from bench.loadgen import Rate, measure
 from bench.scenarios.common import (
     Context,
+    Server,
     add_organisations,
-    clients,
     connect,
     fill,
     fresh_database,
     http_pop_many,
-    interleaved,
-    now,
     percentile,
     ratio,
     serve,
@@ -36,27 +54,31 @@ NOISY = "noisy"
 QUIET = [f"quiet-{n}" for n in range(1, 10)]
 PRIORITY = 2
 RUNNERS = 8
-PUSHES_PER_SECOND_PER_ORGANISATION = 4.0
+PUSHES_PER_SECOND_PER_ORGANISATION = 15.0
+DRAIN = 0.5
+BASELINE_DATABASE = "baton_bench_fairness_baseline"
+SERIES = ("off", "on", "no_noisy")
 
 
 class Feeder(threading.Thread):
-    """Pushes to each quiet organisation's boefje queue at a fixed rate, on a fixed schedule."""
+    """Pushes to one quiet organisation's boefje queue at a fixed rate, on a fixed schedule (phase:
+    offset of its first push, so the nine feeders take turns), until the segment's deadline."""
 
-    def __init__(self, url: str, duration: float) -> None:
+    def __init__(self, url: str, organisation: str, phase: float) -> None:
         super().__init__(daemon=True)
         self.url = url
-        self.duration = duration
-        self.started = threading.Event()
+        self.organisation = organisation
+        self.phase = phase
         self.start_at = 0.0
         self.deadline = 0.0
+        self.started = threading.Event()
         self.pushed = 0
         self.failed = 0
         self.late_s = 0.0
 
-    def begin(self, start_at: float) -> None:
-        """Called when the runners start: push on the same clock."""
-        self.start_at = start_at
-        self.deadline = start_at + self.duration
+    def begin(self, start_at: float, duration: float) -> None:
+        self.start_at = start_at + self.phase
+        self.deadline = start_at + duration
         self.started.set()
 
     def run(self) -> None:
@@ -64,22 +86,20 @@ class Feeder(threading.Thread):
             return
         host, port = self.url.removeprefix("http://").split(":")
         conn = http.client.HTTPConnection(host, int(port), timeout=60)
-        interval = 1 / (PUSHES_PER_SECOND_PER_ORGANISATION * len(QUIET))
+        interval = 1 / PUSHES_PER_SECOND_PER_ORGANISATION
+        path = f"/queues/boefje-{self.organisation}/push"
         n = 0
         while True:
             due = self.start_at + n * interval
-            if due >= self.deadline:
-                break
+            if due >= self.deadline or time.time() >= self.deadline:
+                break  # never push after the segment: a task nobody could pop would count as waiting
             wait = due - time.time()
             if wait > 0:
                 time.sleep(wait)
             else:
                 self.late_s = max(self.late_s, -wait)
-            organisation = QUIET[n % len(QUIET)]
             body = json.dumps({"priority": PRIORITY, "data": {"boefje": {"id": "dns-records"}, "n": n}})
-            conn.request(
-                "POST", f"/queues/boefje-{organisation}/push", body=body, headers={"Content-Type": "application/json"}
-            )
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
             response = conn.getresponse()
             response.read()
             if response.status == 201:
@@ -90,124 +110,181 @@ class Feeder(threading.Thread):
         conn.close()
 
 
-def dwell_run(ctx: Context, fairness: bool, noisy: bool, backlog: int, duration: float) -> dict[str, Any]:
-    fresh_database(ctx)
-    with connect(ctx) as conn:
-        add_organisations(conn, [NOISY, *QUIET] if noisy else QUIET)
-        if noisy:
-            fill(conn, [NOISY], backlog, priority=str(PRIORITY))
-    env = {"BATON_FAIRNESS": "true" if fairness else "false"}
-    with serve(ctx.database_url, env, log_dir=ctx.work_dir) as server:
-        feeder = Feeder(server.url, duration)
+@dataclasses.dataclass
+class Samples:
+    """What one series gathered over its segments."""
+
+    rates: list[Rate] = dataclasses.field(default_factory=list)
+    segment_p99: list[float] = dataclasses.field(default_factory=list)
+    dwell: list[float] = dataclasses.field(default_factory=list)
+    served: list[float] = dataclasses.field(default_factory=list)
+    per_org: dict[str, list[float]] = dataclasses.field(default_factory=lambda: defaultdict(list))
+    handed_out: Counter[str] = dataclasses.field(default_factory=Counter)
+    points: list[list[Any]] = dataclasses.field(default_factory=list)
+    pushed: int = 0
+    push_failures: int = 0
+    feeder_late_s: float = 0.0
+
+
+def segment(url: str, conn: psycopg.Connection[Any], duration: float, samples: Samples) -> None:
+    """Runners pop for `duration` + DRAIN seconds while the feeders push for `duration`; then read
+    what happened to the quiet tasks and delete them."""
+    feeders = [
+        Feeder(url, organisation, index / (PUSHES_PER_SECOND_PER_ORGANISATION * len(QUIET)))
+        for index, organisation in enumerate(QUIET)
+    ]
+    for feeder in feeders:
         feeder.start()
-        runner = http_pop_many(server.url, "boefje", 1, stop_when_dry=False)
-        pops = measure([runner] * RUNNERS, duration, on_start=feeder.begin)
+    runner = http_pop_many(url, "boefje", 1, stop_when_dry=False)
+    started: list[float] = []
+
+    def begin(start_at: float) -> None:
+        started.append(start_at)
+        for feeder in feeders:
+            feeder.begin(start_at, duration)
+
+    samples.rates.append(measure([runner] * RUNNERS, duration + DRAIN, processes=2, on_start=begin))
+    for feeder in feeders:
         feeder.join(60)
-        ended = now()
-    with connect(ctx) as conn:
-        quiet_rows = conn.execute(
-            "SELECT organisation, status, created_at, modified_at FROM tasks WHERE organisation = ANY(%s)",
-            (QUIET,),
-        ).fetchall()
-        handed_out = dict(
-            conn.execute(
-                "SELECT organisation, count(*) FROM tasks WHERE status = 'dispatched' GROUP BY organisation"
-            ).fetchall()
-        )
-        left = conn.execute("SELECT count(*) FROM tasks WHERE organisation = %s AND status = 'queued'", (NOISY,))
-        noisy_left = int(left.fetchone()[0])  # type: ignore[index]
-    run_start = feeder.start_at
-    dwell: list[float] = []
-    served: list[float] = []
-    points = []
-    per_org: dict[str, list[float]] = defaultdict(list)
+        samples.pushed += feeder.pushed
+        samples.push_failures += feeder.failed
+        samples.feeder_late_s = max(samples.feeder_late_s, feeder.late_s)
+    ended = datetime.fromtimestamp(started[0] + duration + DRAIN).astimezone()
+    begun = datetime.fromtimestamp(started[0]).astimezone()
+    quiet_rows = conn.execute(
+        "SELECT organisation, status, created_at, modified_at FROM tasks WHERE organisation = ANY(%s)", (QUIET,)
+    ).fetchall()
+    noisy_pops = conn.execute(
+        "SELECT count(*) FROM tasks WHERE organisation = %s AND status = 'dispatched' AND modified_at >= %s",
+        (NOISY, begun),
+    ).fetchone()
+    samples.handed_out[NOISY] += int(noisy_pops[0]) if noisy_pops else 0
+    segment_dwell = []
     for organisation, status, created_at, modified_at in quiet_rows:
         was_served = status == "dispatched"
-        seconds = ((modified_at if was_served else ended) - created_at).total_seconds()
-        dwell.append(seconds)
-        per_org[organisation].append(seconds)
+        handed = modified_at if was_served else ended
+        seconds = max(0.0, (handed - created_at).total_seconds())
+        samples.dwell.append(seconds)
+        segment_dwell.append(seconds)
+        samples.per_org[organisation].append(seconds)
         if was_served:
-            served.append(seconds)
-        points.append([organisation, round(created_at.timestamp() - run_start, 3), round(seconds, 4), was_served])
-    total = sum(handed_out.values())
+            samples.served.append(seconds)
+            samples.handed_out[organisation] += 1
+        pushed_at = round(created_at.timestamp() - started[0], 3)
+        samples.points.append([organisation, pushed_at, round(seconds, 4), was_served])
+    samples.segment_p99.append(percentile(segment_dwell, 0.99))
+    conn.execute("DELETE FROM tasks WHERE organisation = ANY(%s)", (QUIET,))
+
+
+def summary(samples: Samples, fairness: bool, backlog: int, duration: float) -> dict[str, Any]:
+    total = sum(samples.handed_out.values())
+    served_share = {org: count / total for org, count in sorted(samples.handed_out.items())} if total else {}
     return {
         "fairness": fairness,
-        "noisy": noisy,
-        "backlog": backlog if noisy else 0,
-        "noisy_left_queued": noisy_left if noisy else None,
+        "noisy": backlog > 0,
+        "backlog": backlog,
         "duration_s": duration,
-        "pops_per_second": pops.per_second,
-        "pop_p50_ms": pops.p50_ms,
-        "pop_p99_ms": pops.p99_ms,
-        "quiet_pushed": feeder.pushed,
-        "quiet_push_failures": feeder.failed,
-        "feeder_max_late_s": feeder.late_s,
-        "quiet_tasks": len(dwell),
-        "quiet_served": len(served),
-        "quiet_dwell_p50_s": percentile(dwell, 0.50),
-        "quiet_dwell_p99_s": percentile(dwell, 0.99),
-        "quiet_served_dwell_p50_s": percentile(served, 0.50) if served else None,
-        "quiet_served_dwell_p99_s": percentile(served, 0.99) if served else None,
-        "worst_quiet_org_p99_s": max((percentile(values, 0.99) for values in per_org.values()), default=None),
-        "share_of_pops": {org: count / total for org, count in sorted(handed_out.items())} if total else {},
-        "points": points,
+        "segments": len(samples.rates),
+        "pops_per_second": statistics.median(rate.per_second for rate in samples.rates),
+        "pops_per_second_runs": [round(rate.per_second, 1) for rate in samples.rates],
+        "pop_p50_ms": statistics.median(rate.p50_ms for rate in samples.rates),
+        "pop_p99_ms": statistics.median(rate.p99_ms for rate in samples.rates),
+        "quiet_pushed": samples.pushed,
+        "quiet_push_failures": samples.push_failures,
+        "feeder_max_late_s": samples.feeder_late_s,
+        "quiet_tasks": len(samples.dwell),
+        "quiet_served": len(samples.served),
+        "quiet_dwell_p50_s": percentile(samples.dwell, 0.50),
+        "quiet_dwell_p90_s": percentile(samples.dwell, 0.90),
+        "quiet_dwell_p99_s": percentile(samples.dwell, 0.99),
+        "quiet_served_dwell_p50_s": percentile(samples.served, 0.50) if samples.served else None,
+        "quiet_served_dwell_p99_s": percentile(samples.served, 0.99) if samples.served else None,
+        "quiet_dwell_p99_per_segment_s": samples.segment_p99,
+        "worst_quiet_org_p99_s": max((percentile(values, 0.99) for values in samples.per_org.values()), default=None),
+        "share_of_pops": served_share,
+        "points": samples.points,
     }
 
 
-def throughput(ctx: Context) -> dict[str, Any]:
-    """Pop throughput, fairness off vs on, all ten organisations backlogged, interleaved rounds."""
-    per_organisation = ctx.size(20_000, 5_000)
-    fresh_database(ctx)
-    with connect(ctx) as conn:
-        add_organisations(conn, [NOISY, *QUIET])
-        fill(conn, [NOISY, *QUIET], per_organisation, priority=str(PRIORITY))
-    with (
-        serve(ctx.database_url, {"BATON_FAIRNESS": "false"}, log_dir=ctx.work_dir) as strict,
-        serve(ctx.database_url, {"BATON_FAIRNESS": "true"}, log_dir=ctx.work_dir) as fair,
-    ):
-        measured = interleaved(
-            {
-                "fairness off": clients(http_pop_many(strict.url, "boefje"), RUNNERS, ctx.duration),
-                "fairness on": clients(http_pop_many(fair.url, "boefje"), RUNNERS, ctx.duration),
-            },
-            ctx.rounds,
-        )
-        with connect(ctx) as conn:
-            shares = Counter(
-                dict(
-                    conn.execute(
-                        "SELECT organisation, count(*) FROM tasks WHERE status = 'dispatched' GROUP BY organisation"
-                    ).fetchall()
-                )
-            )
-    return {
-        "backlog_per_organisation": per_organisation,
-        "series": measured,
-        "handed_out_per_organisation": dict(sorted(shares.items())),
-    }
+def paired_ratio(series: Samples, baseline: Samples) -> float | None:
+    """The median over rounds of this round's p99 dwell against the baseline's in the same round:
+    one segment that a stall of the machine hit does not decide the verdict."""
+    ratios = [ratio(mine, theirs) for mine, theirs in zip(series.segment_p99, baseline.segment_p99, strict=True)]
+    known = [value for value in ratios if value is not None]
+    return statistics.median(known) if known else None
+
+
+def baseline_context(ctx: Context) -> Context:
+    url = make_url(ctx.database_url).set(database=BASELINE_DATABASE).render_as_string(hide_password=False)
+    return dataclasses.replace(ctx, database_url=url)
+
+
+@contextmanager
+def baseline_database(ctx: Context) -> Iterator[Context]:
+    """A second database in the same PostgreSQL, for the series without the noisy organisation."""
+    with psycopg.connect(libpq_conninfo(ctx.database_url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{BASELINE_DATABASE}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{BASELINE_DATABASE}"')
+    try:
+        yield baseline_context(ctx)
+    finally:
+        with psycopg.connect(libpq_conninfo(ctx.database_url), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{BASELINE_DATABASE}" WITH (FORCE)')
 
 
 def run(ctx: Context) -> dict[str, Any]:
     backlog = ctx.size(100_000, 30_000)
-    duration = ctx.size(30, 10)
+    duration = float(ctx.size(3, 3))
+    rounds = ctx.size(3, 1)
+    with ExitStack() as stack:
+        baseline = stack.enter_context(baseline_database(ctx))
+        fresh_database(ctx)
+        fresh_database(baseline)
+        with connect(ctx) as conn:
+            add_organisations(conn, [NOISY, *QUIET])
+            fill(conn, [NOISY], backlog, priority=str(PRIORITY))
+        with connect(baseline) as conn:
+            add_organisations(conn, QUIET)
+        servers: dict[str, Server] = {
+            "off": stack.enter_context(serve(ctx.database_url, {"BATON_FAIRNESS": "false"}, log_dir=ctx.work_dir)),
+            "on": stack.enter_context(serve(ctx.database_url, {"BATON_FAIRNESS": "true"}, log_dir=ctx.work_dir)),
+            "no_noisy": stack.enter_context(
+                serve(baseline.database_url, {"BATON_FAIRNESS": "true"}, log_dir=ctx.work_dir)
+            ),
+        }
+        connections = {
+            "off": stack.enter_context(connect(ctx)),
+            "on": stack.enter_context(connect(ctx)),
+            "no_noisy": stack.enter_context(connect(baseline)),
+        }
+        gathered = {name: Samples() for name in SERIES}
+        for _ in range(rounds):
+            for name in SERIES:
+                segment(servers[name].url, connections[name], duration, gathered[name])
+        left = connections["on"].execute(
+            "SELECT count(*) FROM tasks WHERE organisation = %s AND status = 'queued'", (NOISY,)
+        )
+        noisy_left = int(left.fetchone()[0])  # type: ignore[index]
     runs = {
-        "off": dwell_run(ctx, fairness=False, noisy=True, backlog=backlog, duration=duration),
-        "on": dwell_run(ctx, fairness=True, noisy=True, backlog=backlog, duration=duration),
-        "no_noisy": dwell_run(ctx, fairness=True, noisy=False, backlog=backlog, duration=duration),
+        "off": summary(gathered["off"], False, backlog, duration),
+        "on": summary(gathered["on"], True, backlog, duration),
+        "no_noisy": summary(gathered["no_noisy"], True, 0, duration),
     }
-    rates = throughput(ctx)
     return {
         "runners": RUNNERS,
         "quiet_organisations": len(QUIET),
         "pushes_per_second_per_quiet_organisation": PUSHES_PER_SECOND_PER_ORGANISATION,
         "priority": PRIORITY,
+        "rounds": rounds,
+        "drain_s": DRAIN,
+        "noisy_left_queued": noisy_left,
         "runs": runs,
-        "throughput": rates,
         "ratios": {
-            "dwell_p99_on_to_no_noisy": ratio(runs["on"]["quiet_dwell_p99_s"], runs["no_noisy"]["quiet_dwell_p99_s"]),
-            "dwell_p99_off_to_no_noisy": ratio(runs["off"]["quiet_dwell_p99_s"], runs["no_noisy"]["quiet_dwell_p99_s"]),
-            "throughput_on_to_off": ratio(
-                rates["series"]["fairness on"]["per_second"], rates["series"]["fairness off"]["per_second"]
+            "dwell_p99_on_to_no_noisy": paired_ratio(gathered["on"], gathered["no_noisy"]),
+            "dwell_p99_on_to_no_noisy_pooled": ratio(
+                runs["on"]["quiet_dwell_p99_s"], runs["no_noisy"]["quiet_dwell_p99_s"]
             ),
+            "dwell_p99_off_to_no_noisy": ratio(runs["off"]["quiet_dwell_p99_s"], runs["no_noisy"]["quiet_dwell_p99_s"]),
+            "throughput_on_to_off": ratio(runs["on"]["pops_per_second"], runs["off"]["pops_per_second"]),
         },
     }

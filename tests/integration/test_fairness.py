@@ -48,6 +48,44 @@ def test_a_noisy_organisation_does_not_stall_the_others(store: Store) -> None:
     assert shares(strict) == {"noisy": 9}, "in strict order the oldest backlog goes first"
 
 
+def test_a_quiet_task_arriving_behind_a_backlog_is_served_within_one_round(store: Store) -> None:
+    for org in ("noisy", "quiet"):
+        add_organisation(store, org, maxsize=0)
+    for n in range(30):
+        push(store, "boefje-noisy", priority=2, data={"n": n})
+    pop(store, task_type="boefje", limit=10)
+    push(store, "boefje-quiet", priority=2, data={})
+    assert "quiet" in shares(pop(store, task_type="boefje", limit=2))
+
+
+def test_a_drained_backlog_leaves_no_debt(store: Store) -> None:
+    """An organisation whose earlier backlog was all served starts level with the others, even after
+    the tags of its priority started again from nothing (the queue emptied in between)."""
+    for org in ("noisy", "quiet"):
+        add_organisation(store, org, maxsize=0)
+    for n in range(20):
+        push(store, "boefje-quiet", priority=2, data={"n": n})
+    assert len(pop(store, task_type="boefje", limit=20)) == 20
+    for n in range(30):
+        push(store, "boefje-noisy", priority=2, data={"n": n})
+    push(store, "boefje-quiet", priority=2, data={"late": True})
+    assert "quiet" in shares(pop(store, task_type="boefje", limit=2))
+
+
+def test_a_backlog_at_one_priority_costs_nothing_at_another(store: Store) -> None:
+    """Each priority keeps its own fair order: serving an organisation's urgent backlog does not
+    put its ordinary tasks behind everybody else's ordinary backlog."""
+    for org in ("noisy", "busy"):
+        add_organisation(store, org, maxsize=0)
+    for n in range(20):
+        push(store, "boefje-busy", priority=1, data={"n": n})
+        push(store, "boefje-noisy", priority=2, data={"n": n})
+        push(store, "boefje-noisy", priority=2, data={"n": n, "again": True})
+    assert shares(pop(store, task_type="boefje", limit=20)) == {"busy": 20}
+    push(store, "boefje-busy", priority=2, data={"ordinary": True})
+    assert "busy" in shares(pop(store, task_type="boefje", limit=2))
+
+
 def test_priority_still_decides_first(store: Store) -> None:
     add_organisation(store, "a", maxsize=0)
     add_organisation(store, "b", maxsize=0)

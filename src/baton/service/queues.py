@@ -24,7 +24,6 @@ from baton.core.model import SchedulerType, TaskStatus, utcnow
 from baton.core.settings import Settings
 from baton.service.metrics import Metrics
 from baton.storage import queues as queue_rows
-from baton.storage import statements
 from baton.storage.engine import Store
 from baton.storage.executors import QueueExecutor
 from baton.storage.organisations import ensure_organisation
@@ -70,11 +69,11 @@ class QueueService:
         return PopTarget(queue=queue)
 
     async def _caps_in_use(self) -> bool:
-        """Whether any organisation has a `max_in_flight` (checked every few seconds, not per pop)."""
+        """Whether any organisation has a `max_in_flight` (checked every few seconds, not per pop;
+        through the executor: a blocking query here would stall every request on the event loop)."""
         if time.monotonic() - self._caps_known_at > CAPS_REFRESH_SECONDS:
-            with self.store.engine.connect() as conn:
-                self._caps = bool(conn.execute(statements.any_caps()).scalar())
-            self._caps_known_at = time.monotonic()
+            self._caps_known_at = time.monotonic()  # first: concurrent pops do not all ask at once
+            self._caps = await self.executor.any_caps()
         return self._caps
 
     async def pop(self, target: PopTarget, limit: int = 1, tree: FilterTree | None = None) -> list[dict[str, Any]]:

@@ -9,8 +9,9 @@ or the caller's own session when a scheduler pushes inside its ingest transactio
 Ordering: lower `priority` first. A pop from one queue takes ties oldest first (`seq`). A pop across
 organisations (by type) takes ties by the fair-queuing tag `fair_key` when fairness is on:
 
-    fair_key(new task) = max(queue's last tag + UNIT / organisation weight,
-                             smallest queued tag at this type and priority)
+    fair_key(new task) = max(min(queue's last tag + step, head + queued * step), head)
+    step = UNIT / organisation weight; head = smallest queued tag at this type and priority;
+    queued = the queue's queued tasks
 
 This is start-time fair queuing: tasks are served in order of their start tags; a backlogged
 organisation's tags run far ahead, while a task of a quiet organisation starts at the current head
@@ -19,6 +20,13 @@ work: with K organisations backlogged, pops go round robin, each getting 1/K (we
 The tag is computed when the task is pushed, so a pop is still one index scan (`ix_tasks_fair_pop`),
 whatever the number of organisations or queued tasks; the queue's clock (`queue_counters.last_key`)
 is kept by the same trigger that counts the queue, in the same transaction.
+
+The `min` bounds an organisation's lead over the head by its own backlog. Without it a clock goes
+stale: an organisation whose backlog drained long ago, or that was served an urgent backlog at another
+priority (one clock serves every priority), or whose priority emptied (the head starts again from
+0) would find its next task behind everybody else's backlog. With it, a queue with nothing queued
+starts at the head (after the tasks already there: ties go by `seq`), and a backlogged queue, whose
+tags run on from the head one step per task, is not affected.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from functools import cache
 from typing import Any, Literal
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Select,
     Table,
@@ -200,11 +209,13 @@ def _head_tag(task_type: Any) -> Any:
     )
 
 
-def _new_tag(queue: Any, greatest: Any) -> Any:
-    """max(queue clock + one step of the organisation's weight, head of the fair queue)."""
+def _new_tag(queue: Any, greatest: Any, least: Any) -> Any:
+    """max(min(queue clock + one step, head + queued steps), head): see the module's description."""
     # `op("/")`: integer division on both backends (SQLAlchemy's `/` would cast to NUMERIC).
     step = literal_column(str(FAIR_UNIT)).op("/")(queue.c.weight)
-    return greatest(queue.c.last_key + step, func.coalesce(_head_tag(queue.c.type), 0))
+    head = func.coalesce(_head_tag(queue.c.type), 0)
+    backlog = cast(queue.c.queued, BigInteger)
+    return greatest(least(queue.c.last_key + step, head + backlog * step), head)
 
 
 def _insert_values(queue: Any, tag: Any) -> Select[Any]:
@@ -268,7 +279,7 @@ def push_postgresql(on_duplicate: OnDuplicate = "reprioritise", raw_data: bool =
         )
     else:
         twin = select(*task_columns(raw_data), literal("duplicate").label("outcome")).where(twin_match).cte("twin")
-    tag = _new_tag(queue, func.greatest)
+    tag = _new_tag(queue, func.greatest, func.least)
     room = (queue.c.maxsize == 0) | (queue.c.queued < queue.c.maxsize)
     values = _insert_values(queue, tag).where(queue.c.enabled, room, ~select(twin.c.id).exists())
     insert = postgresql.insert(TASKS).from_select([column.key for column in INSERTED_COLUMNS], values)
@@ -312,7 +323,7 @@ def queued_twin(raw_data: bool = False) -> Select[Any]:
 def insert_task(raw_data: bool = False) -> Any:
     """SQLite, step 3: the new task, its fair tag computed in the same statement."""
     queue = _queue_row().subquery("queue")
-    tag = _new_tag(queue, func.max)  # SQLite's two-argument max() is greatest()
+    tag = _new_tag(queue, func.max, func.min)  # SQLite's two-argument max() and min(): greatest(), least()
     values = _insert_values(queue, tag)
     return (
         sqlite.insert(TASKS)
