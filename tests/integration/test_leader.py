@@ -215,3 +215,24 @@ def test_on_postgresql_a_dead_holder_is_replaced_at_once_not_after_its_lease(pg_
     finally:
         first.release()
         second.release()
+
+
+def test_on_postgresql_a_dead_holder_is_replaced_at_once_after_renewals_too(pg_store: Store) -> None:
+    """Renewing keeps the lease row's record of the liveness lock: a holder killed after several
+    rounds is replaced at once, as in its first round."""
+    first, second = DatabaseLeaseLeader(pg_store, "a:1", LEASES), DatabaseLeaseLeader(pg_store, "b:2", LEASES)
+    try:
+        assert first.acquire_or_renew() and first.acquire_or_renew() and first.acquire_or_renew()
+        assert not second.acquire_or_renew()
+        with pg_store.engine.connect() as admin:
+            admin.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_locks "
+                    "WHERE locktype = 'advisory' AND objid = :key AND granted"
+                ),
+                {"key": LIVENESS_LOCK_KEY},
+            )
+        assert second.acquire_or_renew() and second.term == 2  # long before the 3 s lease ends
+    finally:
+        first.release()
+        second.release()
