@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ DOCS = ROOT / "docs"
 ANALYSIS = Path(__file__).resolve().parent / "analysis.md"
 
 Comparison = Literal[">=", "<="]
-Shown = Literal["percent", "times", "per_second", "mib"]
+Shown = Literal["percent", "times", "per_second", "mib", "seconds", "count"]
 COMPARE: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le}
 
 
@@ -34,6 +35,9 @@ class Target:
     comparison: Comparison
     shown: Shown
     issue: str
+    # Where the threshold itself was recorded, when it follows from the settings of the run (a lease
+    # plus a round); `threshold` is then only the fallback.
+    threshold_at: str | None = None
 
 
 TARGETS = [
@@ -85,6 +89,87 @@ TARGETS = [
         "mib",
         "#16",
     ),
+    Target(
+        "director (thread runner), 3,000 schedulers all running",
+        "workers.director_thread.converged_s",
+        10.0,
+        "<=",
+        "seconds",
+        "#16",
+    ),
+    Target(
+        "workers: hand-over after SIGKILL of one (worst case)",
+        "workers.worst.sigkill_handover_s",
+        16.0,
+        "<=",
+        "seconds",
+        "#16",
+        "workers.targets.sigkill_handover_s",
+    ),
+    Target(
+        "workers: hand-over after SIGTERM of one (worst case)",
+        "workers.worst.sigterm_handover_s",
+        2.0,
+        "<=",
+        "seconds",
+        "#16",
+        "workers.targets.sigterm_handover_s",
+    ),
+    Target("workers: writes from a superseded term", "workers.audit_totals.superseded_writes", 0, "<=", "count", "#16"),
+    Target(
+        "workers: stopped/failed marks by a non-owner", "workers.audit_totals.orphan_marks", 0, "<=", "count", "#16"
+    ),
+    Target(
+        "directors: leader frozen → all running elsewhere (max)",
+        "leases.harness.faults.freeze.max_s",
+        17.0,
+        "<=",
+        "seconds",
+        "#22",
+        "leases.harness.faults.freeze.target_s",
+    ),
+    Target(
+        "directors: leader's connections cut → all running (max)",
+        "leases.harness.faults.cut.max_s",
+        17.0,
+        "<=",
+        "seconds",
+        "#22",
+        "leases.harness.faults.cut.target_s",
+    ),
+    Target(
+        "directors: SIGKILL of the leader → all running (max)",
+        "leases.harness.faults.kill.max_s",
+        2.0,
+        "<=",
+        "seconds",
+        "#22",
+        "leases.harness.faults.kill.target_s",
+    ),
+    Target(
+        "directors: PostgreSQL restart → all running (max)",
+        "leases.harness.faults.restart.max_s",
+        3.0,
+        "<=",
+        "seconds",
+        "#22",
+        "leases.harness.faults.restart.target_s",
+    ),
+    Target(
+        "directors: writes from a superseded term", "leases.harness.audit.superseded_writes", 0, "<=", "count", "#22"
+    ),
+    Target(
+        "directors: stopped/failed marks by a non-owner", "leases.harness.audit.orphan_marks", 0, "<=", "count", "#22"
+    ),
+    Target(
+        "Kubernetes Lease: holder frozen → Lease taken over",
+        "leases.kubernetes.taken_over_s",
+        17.0,
+        "<=",
+        "seconds",
+        "#22",
+        "leases.kubernetes.target_s",
+    ),
 ]
 
 
@@ -128,6 +213,12 @@ class Verdict:
     target: Target
     value: float | None
     verdict: str  # PASS, MISS, not measured, INVALID
+    threshold: float
+
+
+def threshold_of(target: Target, scenarios: dict[str, Any]) -> float:
+    recorded = lookup(scenarios, target.threshold_at) if target.threshold_at else None
+    return float(recorded) if isinstance(recorded, int | float) else target.threshold
 
 
 def verdicts(scenarios: dict[str, Any]) -> list[Verdict]:
@@ -135,13 +226,14 @@ def verdicts(scenarios: dict[str, Any]) -> list[Verdict]:
     for target in TARGETS:
         value = lookup(scenarios, target.measured)
         scenario = scenarios.get(target.measured.split(".")[0])
+        threshold = threshold_of(target, scenarios)
         if value is None or (isinstance(value, float) and math.isnan(value)):
-            out.append(Verdict(target, None, "not measured"))
+            out.append(Verdict(target, None, "not measured", threshold))
         elif invalid_reason(scenario):
-            out.append(Verdict(target, float(value), "INVALID"))
+            out.append(Verdict(target, float(value), "INVALID", threshold))
         else:
-            passed = COMPARE[target.comparison](float(value), target.threshold)
-            out.append(Verdict(target, float(value), "PASS" if passed else "MISS"))
+            passed = COMPARE[target.comparison](float(value), threshold)
+            out.append(Verdict(target, float(value), "PASS" if passed else "MISS", threshold))
     return out
 
 
@@ -157,6 +249,10 @@ def shown(value: float | None, how: Shown) -> str:
         return f"{value:.2f}x"
     if how == "mib":
         return f"{value:.1f} MiB"
+    if how == "seconds":
+        return "never" if math.isinf(value) else f"{value:,.1f} s"
+    if how == "count":
+        return f"{value:,.0f}"
     return f"{value:,.0f}/s"
 
 
@@ -306,8 +402,8 @@ def section_depth(result: dict[str, Any]) -> list[str]:
         "",
         measured_on(result),
         "",
-        f"One client, {result['calls_per_series']:,} calls per series, a fresh queue of each size, filled with as "
-        "many tasks more as the two pop series take (so it never holds fewer than its nominal size).",
+        f"One client, {num(result.get('calls_per_series'))} calls per series, a fresh queue of each size, "
+        "filled with as many tasks more as the two pop series take (so it never holds fewer than its nominal size).",
         "",
         *table(
             [
@@ -514,6 +610,211 @@ def scheduler_process_lines(memory: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def _seconds(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "—"
+    return "never" if math.isinf(value) else num(value, digits)
+
+
+def _lease_settings(settings: dict[str, Any]) -> str:
+    parts = [
+        f"lease {settings['lease_s']:g} s",
+        f"renew deadline {settings['renew_deadline_s']:g} s",
+        f"retry period {settings['retry_period_s']:g} s",
+    ]
+    if "worker_round_s" in settings:
+        parts.append(f"worker round {settings['worker_round_s']:g} s")
+    if "reconcile_interval_s" in settings:
+        parts.append(f"reconcile interval {settings['reconcile_interval_s']:g} s")
+    if "poll_interval_s" in settings:
+        parts.append(f"scheduler poll interval {settings['poll_interval_s']:g} s")
+    return ", ".join(parts)
+
+
+def section_workers(result: dict[str, Any]) -> list[str]:
+    rows = []
+    for case in result["cases"]:
+        shares = case["per_worker"]
+        rss = case["rss_mib_per_worker"]
+        audit = case["audit"]
+        rows.append(
+            [
+                str(case["workers"]),
+                _seconds(case["all_running_s"]),
+                _seconds(case["balanced_s"]),
+                f"{min(shares):,} / {max(shares):,}",
+                num(case["balance_max_to_min"], 2),
+                num(sum(rss) / len(rss)),
+                num(case["rss_mib_per_scheduler"], 3),
+                num(case["rss_mib_per_scheduler_above_idle"], 3),
+                f"{_seconds(case['sigkill_handover_s'])} ({case['sigkill_held']:,})" if "sigkill_held" in case else "—",
+                f"{_seconds(case['sigterm_handover_s'])} ({case['sigterm_held']:,})" if "sigterm_held" in case else "—",
+                f"{audit['superseded_writes']} / {audit['orphan_marks']} of {audit['scheduler_writes']:,}",
+            ]
+        )
+    director = result["director_thread"]
+    one = next((case for case in result["cases"] if case["workers"] == 1), None)
+    idle = result["idle_worker"]
+    targets = result["targets"]
+    lines = [
+        "## Workers: schedulers shared by `baton worker` processes",
+        "",
+        measured_on(result),
+        "",
+        f"{result['organisations']:,} organisations ({result['schedulers']:,} schedulers) on PostgreSQL, shared by "
+        f"1, 2 and 4 `baton worker` processes started together ({_lease_settings(result['settings'])}: the "
+        "default lease settings; the poll interval is raised from 1 s so that 3,000 idle pollers do not become "
+        "the load measured). *All running*: from starting the processes (interpreter start-up included: "
+        f"{_seconds(idle['startup_s'])} s for an idle worker to register) until every scheduler row is owned by a "
+        "live worker and `running`; *balanced*: until, in addition, shares differ by at most one. RSS: VmRSS from "
+        f"/proc once balanced; an idle worker (no schedulers) has {num(idle['rss_mib'])} MiB, subtracted in "
+        "*MiB per scheduler above idle*. With 2 and 4 workers: SIGKILL of one (its peers must wait for its "
+        f"leases to expire: target lease + one worker round = {targets['sigkill_handover_s']:g} s), a "
+        "replacement started as a Deployment would, then SIGTERM of another (it releases its rows: target "
+        f"< {targets['sigterm_handover_s']:g} s); hand-over = until every scheduler runs under the remaining "
+        "workers (schedulers the stopped worker held in brackets). Events were fed to every normalizer all "
+        "along, and every write to a scheduler row, task or consumed event was logged by triggers "
+        "(`baton.testing.writelog`) and judged per case.",
+        "",
+        *table(
+            [
+                "workers",
+                "all running s",
+                "balanced s",
+                "min / max per worker",
+                "max / min",
+                "RSS MiB per worker",
+                "MiB per scheduler",
+                "MiB per scheduler above idle",
+                "SIGKILL hand-over s",
+                "SIGTERM hand-over s",
+                "superseded / orphan marks of scheduler writes",
+            ],
+            rows,
+            "lrrrrrrrrrr",
+        ),
+        f"Same run, same {result['organisations']:,} organisations: the director's thread runner (in the benchmark "
+        f"process, `Director.reconcile()`) converged in **{_seconds(director['converged_s'])} s** (first reconcile "
+        f"round {_seconds(director['reconcile_s'], 2)} s, {num(director['per_scheduler_mib'], 3)} MiB per "
+        "scheduler)"
+        + (
+            f"; one worker process ran all of them after {_seconds(one['all_running_s'])} s from its start"
+            if one
+            else ""
+        )
+        + ".",
+        "",
+    ]
+    return lines
+
+
+def fault_rows(faults: dict[str, Any]) -> list[list[str]]:
+    labels = {
+        "freeze": "SIGSTOP of the leader past its lease, then SIGCONT",
+        "cut": "the leader's connections terminated (`pg_terminate_backend`)",
+        "kill": "SIGKILL of the leader (a new director started in its place)",
+        "restart": "PostgreSQL restart (`pg_ctl -m fast restart`)",
+    }
+    rows = []
+    for name, fault in faults.items():
+        passed = fault["within_target"]
+        new_terms = [run["new_term_after_s"] for run in fault["runs"] if run.get("new_term_after_s") is not None]
+        rows.append(
+            [
+                f"{labels.get(name, name)} ({fault['count']} runs)",
+                f"{_seconds(fault['min_s'])} / {_seconds(fault['median_s'])} / {_seconds(fault['max_s'])}",
+                f"{len(new_terms)} of {fault['count']}"
+                + (f", after {_seconds(statistics.median(new_terms))} s" if new_terms else ""),
+                f"≤ {fault['target_s']:g} s",
+                f"**{'PASS' if passed else 'MISS'}**",
+            ]
+        )
+    return rows
+
+
+def leases_tables(result: dict[str, Any]) -> list[str]:
+    harness = result["harness"]
+    audit = harness["audit"]
+    kube = result.get("kubernetes") or {}
+    lines = [
+        f"{harness['directors']} `baton director --runner thread` on one PostgreSQL, {harness['organisations']} "
+        f"organisations ({harness['schedulers']} schedulers), {harness['events_sent']:,} events fed to the "
+        f"normalizers during {num(harness['seconds'])} s of faults; {_lease_settings(result['settings'])} "
+        "(Kubernetes' controller defaults). Time from the fault until every scheduler row is `running`, held by a "
+        "director that is alive and not frozen, with a heartbeat written after the fault (database clock); "
+        "for the PostgreSQL restart, from the restart command.",
+        "",
+        *table(
+            [
+                "fault",
+                "all schedulers running again after (min / median / max, s)",
+                "new leadership term (runs; median s after the fault)",
+                "target",
+                "verdict",
+            ],
+            fault_rows(harness["faults"]),
+            "lrrrl",
+        ),
+        "Write audit (a trigger logs every write to a scheduler row, every task inserted and every inbox event "
+        "consumed, with the claim the writing transaction declared):",
+        "",
+        *table(
+            ["check", "result"],
+            [
+                ["writes logged", f"{audit['writes']:,}"],
+                ["writes made by schedulers under a claim", f"{audit['scheduler_writes']:,}"],
+                ["claims (new terms on scheduler rows)", f"{audit['claims']:,}"],
+                ["writes from a superseded term (target 0)", f"**{audit['superseded_writes']}**"],
+                [
+                    "stopped/failed marks by a process that did not own the row (target 0)",
+                    f"**{audit['orphan_marks']}**",
+                ],
+            ],
+            "ll",
+        ),
+    ]
+    if kube.get("measured"):
+        lines += [
+            "Kubernetes Lease elector (`LeaseElector`), bounded check: two `baton director --runner kubernetes` "
+            "against the fake API server of the integration tests (tests/fake_kube.py), the Lease holder "
+            f"SIGSTOPped: the other took the Lease after **{_seconds(kube['taken_over_s'])} s** "
+            f"(target ≤ {kube['target_s']:g} s); after SIGCONT the resumed director "
+            f"{'stepped down' if kube['resumed_leader_stepped_down'] else 'did NOT log that it stepped down'}, "
+            f"the Lease {'stayed' if kube['holder_after_resume_is_the_new_one'] else 'did NOT stay'} with the new "
+            f"holder, and it changed holder {kube['transitions']} time(s).",
+            "",
+        ]
+    elif kube:
+        lines += [f"Kubernetes Lease elector: not measured ({kube.get('why', '?')}).", ""]
+    return lines
+
+
+def section_leases(result: dict[str, Any]) -> list[str]:
+    return [
+        "## Leases: directors under faults",
+        "",
+        measured_on(result),
+        "",
+        *leases_tables(result),
+        "Also written to [replication-leases.md](replication-leases.md).",
+        "",
+    ]
+
+
+def replication_leases_markdown(result: dict[str, Any]) -> str:
+    meta = result.get("_meta", {})
+    lines = [
+        "# Leases and fencing: fault harness results",
+        "",
+        f"Generated by `python -m bench.run`{' with `--quick`' if meta.get('quick') else ''} (scenario `leases`, "
+        f"`bench/scenarios/leases.py`) on {meta.get('started', '?')}; every process on this one machine. "
+        "Do not edit: re-run the scenario.",
+        "",
+        *leases_tables(result),
+    ]
+    return "\n".join(lines)
+
+
 def _profile_table(
     label: str, before: dict[str, Any] | None, after: dict[str, Any], key: str, after_name: str = "after"
 ) -> list[str]:
@@ -610,6 +911,8 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "fairness": section_fairness,
     "organisations": section_organisations,
     "director": section_director,
+    "workers": section_workers,
+    "leases": section_leases,
     "profile": section_profile,
 }
 
@@ -619,7 +922,7 @@ def section_targets(found: list[Verdict], scenarios: dict[str, Any]) -> list[str
         [
             v.target.name,
             shown(v.value, v.target.shown),
-            f"{v.target.comparison} {shown(v.target.threshold, v.target.shown)}",
+            f"{v.target.comparison} {shown(v.threshold, v.target.shown)}",
             f"**{v.verdict}**",
             v.target.issue,
             f"`{v.target.measured}`",
@@ -630,7 +933,8 @@ def section_targets(found: list[Verdict], scenarios: dict[str, Any]) -> list[str
         "## Targets",
         "",
         "Computed by `bench/report.py` from the measurements below (each a ratio against a baseline of the same "
-        "run, except ingest's absolute rate and a scheduler process's memory).",
+        "run, except ingest's absolute rate, a scheduler process's memory and the lease scenarios' times and "
+        "counts, whose thresholds follow from the lease settings of the run).",
         "",
         *table(["target", "measured", "threshold", "verdict", "issue", "from"], rows, "lrrlll"),
     ]
@@ -649,10 +953,10 @@ def section_misses(found: list[Verdict]) -> list[str]:
     for v in misses:
         if v.value is None:
             continue
-        gap = v.value / v.target.threshold
+        gap = f" ({v.value / v.threshold:.2f} of the threshold)" if v.threshold and math.isfinite(v.value) else ""
         lines.append(
             f"- {v.target.name}: {shown(v.value, v.target.shown)} against "
-            f"{v.target.comparison} {shown(v.target.threshold, v.target.shown)} ({gap:.2f} of the threshold)."
+            f"{v.target.comparison} {shown(v.threshold, v.target.shown)}{gap}."
         )
     return [*lines, ""]
 
@@ -851,6 +1155,10 @@ def write(results: dict[str, Any], docs: Path = DOCS) -> list[Path]:
         replication = docs / "replication-results.md"
         replication.write_text(replication_markdown(scenarios["replication"]))
         written.append(replication)
+    if "leases" in scenarios:
+        leases = docs / "replication-leases.md"
+        leases.write_text(replication_leases_markdown(scenarios["leases"]))
+        written.append(leases)
     return written
 
 

@@ -20,6 +20,8 @@ NAMES = (
     "director",
     "profile",
     "replication",
+    "workers",
+    "leases",
 )
 
 

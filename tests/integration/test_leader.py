@@ -200,6 +200,28 @@ def owners(store: Store) -> set[str | None]:
         return {row.owner for row in session.query(SchedulerRow).all()}
 
 
+def kill_lock_connection(store: Store) -> None:
+    """pg_terminate_backend on the liveness lock's holder, and wait until the server freed the lock
+    (termination is asynchronous)."""
+    held = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = :key AND granted")
+    with store.engine.connect() as admin:
+        admin.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks "
+                "WHERE locktype = 'advisory' AND objid = :key AND granted"
+            ),
+            {"key": LIVENESS_LOCK_KEY},
+        )
+        admin.commit()
+
+        def freed() -> bool:
+            count = admin.execute(held, {"key": LIVENESS_LOCK_KEY}).scalar()
+            admin.commit()
+            return count == 0
+
+        assert wait_until(freed, 10)
+
+
 def test_on_postgresql_a_dead_holder_is_replaced_at_once_not_after_its_lease(pg_store: Store) -> None:
     """The liveness lock: when the leader's connection dies (SIGKILL, a proxy dropping it), a standby
     takes over without waiting for the lease, in a new term; the old holder cannot renew after that."""
@@ -207,14 +229,7 @@ def test_on_postgresql_a_dead_holder_is_replaced_at_once_not_after_its_lease(pg_
     try:
         assert first.acquire_or_renew()
         assert not second.acquire_or_renew()  # the holder is alive: its lease counts
-        with pg_store.engine.connect() as admin:
-            admin.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_locks "
-                    "WHERE locktype = 'advisory' AND objid = :key AND granted"
-                ),
-                {"key": LIVENESS_LOCK_KEY},
-            )
+        kill_lock_connection(pg_store)
         assert second.acquire_or_renew() and second.term == 2  # long before the 3 s lease ends
         assert not first.acquire_or_renew()
     finally:
@@ -290,3 +305,34 @@ def test_a_scheduler_write_after_a_takeover_is_refused_and_nothing_commits(store
 
 
 RAW_EVENT = {"type": "raw_file_received", "raw_file": {"id": "r1", "mime_types": ["boefje/dns-records"]}}
+
+
+def test_on_postgresql_a_dead_holder_is_replaced_at_once_after_renewals_too(pg_store: Store) -> None:
+    """Renewing keeps the lease row's record of the liveness lock: a holder killed after several
+    rounds is replaced at once, as in its first round."""
+    first, second = DatabaseLeaseLeader(pg_store, "a:1", LEASES), DatabaseLeaseLeader(pg_store, "b:2", LEASES)
+    try:
+        assert first.acquire_or_renew() and first.acquire_or_renew() and first.acquire_or_renew()
+        assert not second.acquire_or_renew()
+        kill_lock_connection(pg_store)
+        assert second.acquire_or_renew() and second.term == 2  # long before the 3 s lease ends
+    finally:
+        first.release()
+        second.release()
+
+
+def test_a_claimant_does_not_claim_again_what_it_runs_when_the_lease_lapsed(store: Store) -> None:
+    """Renewals late under load let a lease lapse while its scheduler still runs here: claiming the
+    row again would fence out that very scheduler (and leave the new claim run by nobody)."""
+    add_organisation(store, "acme")
+    with store.session() as session:
+        first = leases.claim_unowned(session, "w:1#a", 10, LEASES.lease_seconds)
+    assert len(first) == 3
+    expire_scheduler_leases(store)
+    running = [claim.scheduler_id for claim in first if claim.scheduler_id != "boefje-acme"]
+    with store.session() as session:
+        again = leases.claim_unowned(session, "w:1#a", 10, LEASES.lease_seconds, running_here=running)
+    assert [claim.scheduler_id for claim in again] == ["boefje-acme"]  # the one no longer running here
+    with store.session() as session:
+        renewed = leases.renew_claims(session, [claim for claim in first if claim.scheduler_id in running], 3)
+    assert sorted(renewed) == sorted(running)  # still ours: the lapsed leases renew

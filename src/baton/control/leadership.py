@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from sqlalchemy import Connection, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from baton.core.logging import get_logger
 from baton.core.settings import LeaseSettings
@@ -113,15 +113,17 @@ class DatabaseLeaseLeader:
         conn, self._lock_conn = self._lock_conn, None
         if conn is None:
             return
+        # The connection may be dead already (that is often why we drop it): then SQLAlchemy refuses
+        # it with PendingRollbackError rather than a DBAPIError, and the server freed the lock anyway.
         try:
             conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": LIVENESS_LOCK_KEY})
             conn.commit()
-        except DBAPIError:
+        except SQLAlchemyError:
             pass
         try:
             conn.invalidate()
             conn.close()
-        except DBAPIError:
+        except SQLAlchemyError:
             pass
 
     # -- the lease ---------------------------------------------------------------------------------
@@ -146,9 +148,15 @@ class DatabaseLeaseLeader:
 
     def _renew(self, term: int) -> bool:
         started = self._clock()
+        # Every renewal says whether we hold the liveness lock now (and takes it when it is free:
+        # a leader that took over from a frozen one gets it once that one lets go), so that a
+        # standby takes over at once when our connection dies, not only in our first round.
+        holds_lock = self._hold_liveness_lock()
         try:
             with self.store.session() as session:
-                renewed = leases.renew_leadership(session, self.role, self.holder, term, self.settings.lease_seconds)
+                renewed = leases.renew_leadership(
+                    session, self.role, self.holder, term, self.settings.lease_seconds, holds_lock
+                )
         except DBAPIError as exc:
             if started - self._renewed_at <= self.settings.renew_deadline_seconds:
                 log.warning("could not renew leadership; retrying", term=term, error=str(exc.orig).splitlines()[0])

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -280,22 +281,31 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
     def _alive(self, handle: ThreadHandle) -> bool:
         return handle.thread.is_alive()
 
+    def _terminate(self, handle: ThreadHandle, timeout: float) -> None:
+        self._stop_together([handle], timeout)
+
     def shutdown(self, timeout: float = 10.0) -> None:
-        """Tell every scheduler to stop first, then wait for them: thousands stop together."""
         with self._lock:
             handles = [entry.handle for entry in self._entries.values()]
             self._entries.clear()
+        self._stop_together(handles, timeout)
+
+    def stop_many(self, scheduler_ids: Iterable[str], timeout: float = 10.0) -> None:
+        with self._lock:
+            entries = [self._entries.pop(scheduler_id, None) for scheduler_id in scheduler_ids]
+        self._stop_together([entry.handle for entry in entries if entry is not None], timeout)
+
+    @staticmethod
+    def _stop_together(handles: builtins.list[ThreadHandle], timeout: float) -> None:
+        """Tell every scheduler to stop, then wait for them: they give their rows up in parallel,
+        not one after another (a worker holds thousands; a SIGTERM hand-over must be quick)."""
         for handle in handles:
             handle.scheduler.stop()
         deadline = time.monotonic() + timeout
         for handle in handles:
             handle.thread.join(max(0.0, deadline - time.monotonic()))
-
-    def _terminate(self, handle: ThreadHandle, timeout: float) -> None:
-        handle.scheduler.stop()
-        handle.thread.join(timeout)
-        if handle.thread.is_alive():
-            log.warning("scheduler thread did not stop in time", scheduler=handle.scheduler.id)
+            if handle.thread.is_alive():
+                log.warning("scheduler thread did not stop in time", scheduler=handle.scheduler.id)
 
 
 PR_SET_PDEATHSIG = 1

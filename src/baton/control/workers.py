@@ -61,19 +61,19 @@ class Worker(BackgroundService):
         self.runner.forget_dead()
         running = [spec.id for spec in self.runner.list()]
         released = self._release_above(share, running)
-        claimed = self._claim_up_to(share, len(running) - len(released))
+        kept = sorted(set(running) - set(released))
+        claimed = self._claim_up_to(share, kept)
         if claimed or released:
             log.info("rebalanced", worker=self.id, live_workers=live, share=share, claimed=claimed, released=released)
-        return WorkerRound(live, share, claimed, released, len(running) - len(released) + len(claimed))
+        return WorkerRound(live, share, claimed, released, len(kept) + len(claimed))
 
     def _release_above(self, share: int, running: list[str]) -> list[str]:
         surplus = sorted(running)[share:]
-        for scheduler_id in surplus:
-            self.runner.stop(scheduler_id)  # the scheduler gives its row up as it stops
+        self.runner.stop_many(surplus)  # each scheduler gives its row up as it stops
         return surplus
 
-    def _claim_up_to(self, share: int, running: int) -> list[str]:
-        claims = self.ownership.claim_unowned(share - running, runner=RUNNER_NAME)
+    def _claim_up_to(self, share: int, running: list[str]) -> list[str]:
+        claims = self.ownership.claim_unowned(share - len(running), runner=RUNNER_NAME, running_here=running)
         return self.runner.launch_claimed([(SchedulerSpec.parse(claim.scheduler_id), claim) for claim in claims])
 
     def run(self) -> None:

@@ -87,9 +87,11 @@ class Ownership:
             )
         return {claim.scheduler_id: claim for claim in claims}
 
-    def claim_unowned(self, limit: int, runner: str | None = None) -> list[Claim]:
+    def claim_unowned(self, limit: int, runner: str | None = None, running_here: Iterable[str] = ()) -> list[Claim]:
         with self.store.session() as session:
-            return leases.claim_unowned(session, self.owner, limit, self.settings.lease_seconds, runner=runner)
+            return leases.claim_unowned(
+                session, self.owner, limit, self.settings.lease_seconds, runner=runner, running_here=running_here
+            )
 
     def hold(self, claim: Claim, lessee: Lessee) -> None:
         """Renew `claim` from now on, on behalf of `lessee`."""

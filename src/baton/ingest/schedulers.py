@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from sqlalchemy import event as orm_events
 from sqlalchemy import select, text, tuple_
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import ORMExecuteState, Session
 
 from baton.core.cron import next_cron_run
@@ -213,6 +214,10 @@ class Scheduler(ABC):
             return self.tick()
         except OperationalError as exc:  # database unreachable: keep running, try again shortly
             self.log.warning("database unavailable; backing off", error=str(exc.orig))
+            self._stop.wait(min(5.0, self.settings.timing.poll_interval_seconds * 5))
+            return 0
+        except PoolTimeoutError as exc:  # every pooled connection busy (many schedulers in one process)
+            self.log.warning("no database connection free; backing off", error=str(exc).splitlines()[0])
             self._stop.wait(min(5.0, self.settings.timing.poll_interval_seconds * 5))
             return 0
 

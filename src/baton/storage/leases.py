@@ -203,15 +203,26 @@ def _unlocked(session: Session, condition: ColumnElement[bool]) -> ColumnElement
 
 
 def claim_unowned(
-    session: Session, owner: str, limit: int, lease_seconds: float, runner: str | None = None
+    session: Session,
+    owner: str,
+    limit: int,
+    lease_seconds: float,
+    runner: str | None = None,
+    running_here: Iterable[str] = (),
 ) -> list[Claim]:
-    """Up to `limit` schedulers nobody holds, competing claimants skipping each other's rows."""
+    """Up to `limit` schedulers nobody holds, competing claimants skipping each other's rows.
+    `running_here`: schedulers the claimant runs already; their leases may have lapsed (renewals
+    late under load), but claiming them again would only fence out our own running scheduler."""
     if limit <= 0:
         return []
+    condition = _claimable(session)
+    excluded = list(running_here)
+    if excluded:
+        condition = and_(condition, Scheduler.id.not_in(excluded))
     candidates = (
         select(Scheduler.id)
         .join(Organisation, Organisation.id == Scheduler.organisation)
-        .where(_claimable(session))
+        .where(condition)
         .order_by(Scheduler.id)
         .limit(limit)
     )

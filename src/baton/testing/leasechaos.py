@@ -204,22 +204,30 @@ class EventFeeder:
         self._thread = threading.Thread(target=self._run, name="event-feeder", daemon=True)
 
     def _run(self) -> None:
-        with psycopg.connect(libpq(self.database_url), autocommit=True) as conn:
-            while not self._stop.wait(self.every):
-                organisation = self.organisations[self.sent % len(self.organisations)]
-                payload = {
-                    "type": "raw_file_received",
-                    "raw_file": {"id": f"chaos-{self.sent}", "mime_types": [FEED_MIME_TYPE]},
-                }
-                try:
-                    conn.execute(
-                        "INSERT INTO events (scheduler_id, kind, payload, created_at) "
-                        "VALUES (%s, 'raw_file_received', %s, clock_timestamp())",
-                        (f"normalizer-{organisation}", Json(payload)),
-                    )
-                    self.sent += 1
-                except psycopg.OperationalError:
-                    time.sleep(0.5)  # the database restarts: carry on after it
+        conn: psycopg.Connection[tuple[object, ...]] | None = None
+        while not self._stop.wait(self.every):
+            organisation = self.organisations[self.sent % len(self.organisations)]
+            payload = {
+                "type": "raw_file_received",
+                "raw_file": {"id": f"chaos-{self.sent}", "mime_types": [FEED_MIME_TYPE]},
+            }
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(libpq(self.database_url), autocommit=True)
+                conn.execute(
+                    "INSERT INTO events (scheduler_id, kind, payload, created_at) "
+                    "VALUES (%s, 'raw_file_received', %s, clock_timestamp())",
+                    (f"normalizer-{organisation}", Json(payload)),
+                )
+                self.sent += 1
+            except psycopg.OperationalError:
+                # The database restarted (its connections are gone): reconnect once it is back.
+                if conn is not None:
+                    conn.close()
+                conn = None
+                time.sleep(0.5)
+        if conn is not None:
+            conn.close()
 
     def __enter__(self) -> EventFeeder:
         self._thread.start()
