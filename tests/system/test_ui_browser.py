@@ -191,13 +191,15 @@ def test_every_view_live_in_a_browser(tmp_path: Path) -> None:
                     expect(row.locator('[data-field="state"]')).to_contain_text("says running")
                     screenshot(page, tmp_path, "schedulers")
 
-                    # Control plane: the director leads; no RabbitMQ, no workers table in this release.
+                    # Control plane: the director leads and its process holds the schedulers' leases; no
+                    # RabbitMQ, no workers.
                     page.click('nav a[data-nav="control"]')
                     holder = f"{os.uname().nodename}:{director.pid}"
                     expect(page.locator('tr[data-role="director"] [data-field="holder"]')).to_have_text(holder)
                     expect(page.locator('tr[data-role="director"]')).not_to_have_class(re.compile(r"\bstale\b"))
                     expect(page.locator('[data-broker="off"]')).to_contain_text("RabbitMQ not configured")
-                    expect(page.locator('[data-workers="absent"]')).to_be_visible()
+                    expect(page.locator('[data-workers="none"]')).to_be_visible()
+                    expect(page.locator('table[data-table="lease-owners"]')).to_be_visible()
                     screenshot(page, tmp_path, "control-plane")
 
                     # Tasks: filter, cancel one from the page; open a failed one, requeue it, reprioritise it.
