@@ -31,9 +31,11 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    text,
     tuple_,
     update,
 )
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from baton.core.errors import FencedError
@@ -43,6 +45,7 @@ from baton.storage.tables import LeaderRecord, Organisation, Scheduler, UTCDateT
 
 DIRECTOR_ROLE = "director"
 CLAIM_SETTING = "baton.claim"
+REVOKE_LOCK_TIMEOUT_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -312,16 +315,30 @@ def release_claims(session: Session, claims: Sequence[Claim], state: str) -> int
 
 def revoke_claims(session: Session, leader_term: int, owners_except: Sequence[str] = ()) -> int:
     """A new leader fences out everything the previous one started: each held row's term grows and
-    its owner goes, so an old scheduler's next write is refused at once (no waiting for its lease)."""
+    its owner goes, so an old scheduler's next write is refused at once (no waiting for its lease).
+
+    A live old scheduler's transaction holds its row FOR SHARE for milliseconds: the revoke waits up
+    to REVOKE_LOCK_TIMEOUT for such locks. A frozen process's lock is not worth waiting for: then the
+    rows free now are revoked and the rest is left to their leases (and the idle-transaction timeout).
+    """
     condition = and_(Scheduler.owner.is_not(None), _term_is_current(session, leader_term))
     if owners_except:
         condition = and_(condition, Scheduler.owner.not_in(list(owners_except)))
-    result = session.execute(
+    revoke = (
         update(Scheduler)
-        .where(_unlocked(session, condition))
         .values(owner=None, term=Scheduler.term + 1, lease_expires_at=None)
         .execution_options(synchronize_session=False)
     )
+    if on_postgresql(session):
+        try:
+            with session.begin_nested():
+                session.execute(text(f"SET LOCAL lock_timeout = '{REVOKE_LOCK_TIMEOUT_MS}ms'"))
+                result = session.execute(revoke.where(condition))
+                session.execute(text("SET LOCAL lock_timeout = 0"))
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+        except OperationalError:  # a lock held past the timeout: take what is free
+            session.execute(text("SET LOCAL lock_timeout = 0"))
+    result = session.execute(revoke.where(_unlocked(session, condition)))
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
