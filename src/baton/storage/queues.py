@@ -7,15 +7,13 @@ PostgreSQL.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Connection, TextClause, func, select, text
+from sqlalchemy import ColumnElement, Connection, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -31,7 +29,7 @@ from baton.core.model import TaskStatus
 from baton.storage import statements
 from baton.storage.engine import on_postgresql
 from baton.storage.statements import OnDuplicate, PopTarget
-from baton.storage.tables import IS_QUEUED, QUEUED_WITH_HASH, Task
+from baton.storage.tables import IS_QUEUED, Task
 
 Outcome = Literal["created", "updated", "duplicate"]
 Executable = Session | Connection
@@ -132,168 +130,21 @@ def _push_sqlite(executable: Executable, request: PushRequest, params: dict[str,
 
 
 def push_many(executable: Executable, requests: Sequence[PushRequest], now: datetime) -> list[PushResult]:
-    """Queue the tasks of one queue as if pushed one after another in this order (dedup by hash,
-    maxsize, the fair tag), in the caller's transaction; one result per request, in order.
+    """Queue the tasks of one queue exactly as if pushed one after another in this order (dedup by
+    hash, maxsize, the fair tag), in the caller's transaction; one result per request, in order. An
+    error leaves the earlier pushes to the caller's rollback.
 
-    PostgreSQL: one statement for the lot. It is all or nothing: when the queue lacks room for every
-    new task, nothing is pushed and QueueFullError is raised (it does not say which request did not
-    fit: a caller that cares rolls back and pushes one at a time). SQLite: one push after another;
-    an error leaves the earlier pushes to the caller's rollback. The results' tasks carry no `data`
-    on PostgreSQL (the caller has it).
+    One statement per task: a single statement for the batch could not give every task the fair tag
+    that pushing it alone gives (each tag depends on the queue's clock, backlog and head as the
+    previous pushes left them), and fairness is worth more than the round trips.
     """
     if not requests:
         return []
     if len({request.queue for request in requests}) != 1 or any(r.on_duplicate != "reprioritise" for r in requests):
         raise ValueError("push_many takes requests for one queue, with the 'reprioritise' rule")
     requests = [request if request.task_id else replace(request, task_id=uuid.uuid4()) for request in requests]
-    if not on_postgresql(executable):
-        return [push(executable, request, now) for request in requests]
-    return _push_many_postgresql(executable, requests, now)
+    return [push(executable, request, now) for request in requests]
 
-
-def _push_many_postgresql(executable: Executable, requests: Sequence[PushRequest], now: datetime) -> list[PushResult]:
-    queue = requests[0].queue
-    params = {"queue_": queue, "now_": now, "rows_": json.dumps(_batch_rows(requests))}
-    try:
-        answer = [dict(row) for row in executable.execute(_push_many_statement(), params).mappings()]
-    except IntegrityError as exc:  # as in `push`: only a chosen task id can collide unhandled
-        raise ConflictError(f"a task id of the batch for '{queue}' exists already") from exc
-    if not answer:
-        raise NotFoundError(f"queue '{queue}' not found")
-    if not answer[0]["enabled"]:
-        raise QueueDisabledError(f"queue '{queue}' is disabled")
-    if not answer[0]["room"]:
-        raise QueueFullError(f"queue '{queue}' is full (maxsize {answer[0]['maxsize']})")
-    tasks = [_task_of(row) for row in answer if row["id"] is not None]
-    by_id = {task["id"]: task for task in tasks}
-    by_hash = {task["hash"]: task for task in tasks if task["hash"] is not None}
-    results = []
-    for request in requests:
-        task = by_id.get(request.task_id)
-        if task is not None:
-            results.append(PushResult(task["outcome"], task))
-        elif request.hash in by_hash:  # a queued twin (maybe an earlier request of this batch) got its priority
-            results.append(PushResult("updated", by_hash[request.hash]))
-        else:
-            raise RuntimeError(f"push_many: no answer for task '{request.task_id}'")
-    for task in tasks:
-        del task["outcome"]
-    return results
-
-
-def _batch_rows(requests: Sequence[PushRequest]) -> list[dict[str, Any]]:
-    """The rows the statement reads, in order, one per hash: a request whose hash an earlier one
-    has is that one's twin, so it only sets the priority (the last one wins, as one by one)."""
-    rows: list[dict[str, Any]] = []
-    by_hash: dict[str, dict[str, Any]] = {}
-    for request in requests:
-        if request.hash is not None and request.hash in by_hash:
-            by_hash[request.hash]["priority"] = request.priority
-            continue
-        row = {
-            "k": len(rows) + 1,
-            "id": str(request.task_id),
-            "priority": request.priority,
-            "hash": request.hash,
-            "data": request.data,
-            "schedule_id": request.schedule_id,
-        }
-        rows.append(row)
-        if request.hash is not None:
-            by_hash[request.hash] = row
-    return rows
-
-
-QUEUE_ANSWER = ("enabled", "maxsize", "queued", "room")
-
-
-def _task_of(row: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in row.items() if key not in QUEUE_ANSWER}
-
-
-# `task_columns()` without `data` (the caller has it).
-TASK_COLUMNS = ", ".join(
-    [
-        "id",
-        "scheduler_id",
-        "schedule_id",
-        "organisation",
-        "type",
-        "priority",
-        "status",
-        "hash",
-        "attempts",
-        "reason",
-        "created_at",
-        "modified_at",
-    ]
-)
-
-
-@cache
-def _push_many_statement() -> TextClause:
-    """`push_postgresql` for a batch (`:rows_`, a JSON array). New tasks are numbered r = 1..n in
-    batch order; pushed one by one, task r would get the tag max(clock + step, head of its priority)
-    with the clock advanced by the tasks before it, which unrolls to
-        tag(r) = r * step + max(clock, max over new tasks j <= r first at their priority of (head(j) - j * step))
-    (a later task at a priority already used in the batch never starts at the head: the clock is past
-    it). Heads are read as the statement starts (as are the twins, whose priorities change here)."""
-    step = f"({statements.FAIR_UNIT} / q.weight)"
-    return text(f"""
-WITH queue AS (
-  SELECT s.id, s.organisation, s.type, s.maxsize, s.enabled, o.weight,
-         coalesce(c.queued, 0) AS queued, coalesce(c.last_key, 0) AS last_key
-  FROM schedulers s
-  JOIN organisations o ON o.id = s.organisation
-  CROSS JOIN (SELECT sum(queued) AS queued, max(last_key) AS last_key
-              FROM queue_counters WHERE scheduler_id = :queue_) c
-  WHERE s.id = :queue_
-),
-batch AS (
-  SELECT * FROM jsonb_to_recordset(CAST(:rows_ AS jsonb))
-    AS b(k int, id uuid, priority int, hash text, data jsonb, schedule_id text)
-),
-twin AS (
-  UPDATE tasks t SET priority = b.priority, modified_at = :now_
-  FROM batch b
-  WHERE t.scheduler_id = :queue_ AND t.hash = b.hash AND t.status = 'queued'
-    AND EXISTS (SELECT 1 FROM queue WHERE enabled)
-  RETURNING {", ".join(f"t.{name}" for name in TASK_COLUMNS.split(", "))}, 'updated' AS outcome
-),
-fresh AS (
-  SELECT b.*, row_number() OVER (ORDER BY b.k) AS r,
-         row_number() OVER (PARTITION BY b.priority ORDER BY b.k) = 1 AS first_at_priority
-  FROM batch b
-  WHERE NOT EXISTS (SELECT 1 FROM twin WHERE twin.hash = b.hash)
-),
-head AS (
-  SELECT p.priority, coalesce(
-    (SELECT min(t.fair_key) FROM tasks t
-     WHERE t.status = 'queued' AND t.type = q.type AND t.priority = p.priority), 0) AS fair_key
-  FROM (SELECT DISTINCT priority FROM fresh) p CROSS JOIN queue q
-),
-room AS (
-  SELECT q.enabled AND (q.maxsize = 0 OR q.queued + (SELECT count(*) FROM fresh) <= q.maxsize) AS room
-  FROM queue q
-),
-inserted AS (
-  INSERT INTO tasks (id, scheduler_id, schedule_id, organisation, type, priority, status, hash, data,
-                     fair_key, attempts, created_at, modified_at)
-  SELECT f.id, q.id, f.schedule_id, q.organisation, q.type, f.priority, 'queued', f.hash, f.data,
-         f.r * {step} + greatest(q.last_key, max(CASE WHEN f.first_at_priority THEN h.fair_key - f.r * {step} END)
-                                               OVER (ORDER BY f.r)),
-         0, :now_, :now_
-  FROM fresh f JOIN head h ON h.priority = f.priority CROSS JOIN queue q
-  WHERE (SELECT room FROM room)
-  ORDER BY f.r
-  ON CONFLICT (scheduler_id, hash) WHERE {QUEUED_WITH_HASH}
-    DO UPDATE SET priority = EXCLUDED.priority, modified_at = EXCLUDED.modified_at
-  RETURNING {TASK_COLUMNS}, CASE WHEN xmax = 0 THEN 'created' ELSE 'updated' END AS outcome
-)
-SELECT q.enabled, q.maxsize, q.queued, (SELECT room FROM room) AS room, task.*
-FROM queue q
-LEFT JOIN (SELECT * FROM twin UNION ALL SELECT * FROM inserted) task ON true
-""")
 
 
 def pop(
