@@ -146,7 +146,6 @@ def push_many(executable: Executable, requests: Sequence[PushRequest], now: date
     return [push(executable, request, now) for request in requests]
 
 
-
 def pop(
     executable: Executable,
     target: PopTarget,
