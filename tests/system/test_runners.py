@@ -55,8 +55,22 @@ def state_of(store: Store, scheduler_id: str) -> str | None:
     return row.state if row else None
 
 
+def descends_from_us(status: str, depth: int = 4) -> bool:
+    """Whether the process whose /proc status this is was started by this process (or its children)."""
+    ppid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+    if ppid == os.getpid():
+        return True
+    if depth == 0 or ppid <= 1:
+        return False
+    try:
+        return descends_from_us(Path(f"/proc/{ppid}/status").read_text(), depth - 1)
+    except OSError:
+        return False
+
+
 def scheduler_processes(organisation: str) -> list[int]:
-    """PIDs of live `baton standalone` processes for an organisation, read from /proc."""
+    """PIDs of live `baton standalone` processes for an organisation started by this test process or
+    its children (not another test run's on the same machine), read from /proc."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -66,7 +80,7 @@ def scheduler_processes(organisation: str) -> list[int]:
             status = (entry / "status").read_text()
         except OSError:
             continue
-        if "State:\tZ" in status:
+        if "State:\tZ" in status or not descends_from_us(status):
             continue
         if b"standalone" in argv and organisation.encode() in argv:
             pids.append(int(entry.name))
