@@ -323,8 +323,13 @@ def test_events_become_tasks_in_six_queues(tmp_path: Path, runner: str) -> None:
             assert wait_until(six_queues_filled, 60), client.get("/queues").json()
             popped = client.post("/queues/boefje-beta/pop").json()
             assert popped["data"]["boefje"]["id"] == "dns-records"
-            states = {row["id"]: (row["state"], row["runner"]) for row in client.get("/schedulers").json()}
-            assert all(state == ("running", runner) for state in states.values()), states
+
+            # A state change is written with the next lease renewal, which a scheduler wakes at once.
+            def all_running() -> bool:
+                states = {row["id"]: (row["state"], row["runner"]) for row in client.get("/schedulers").json()}
+                return all(state == ("running", runner) for state in states.values())
+
+            assert wait_until(all_running, 30), client.get("/schedulers").json()
     finally:
         if director_process is not None:
             director_process.send_signal(signal.SIGTERM)

@@ -31,8 +31,10 @@ from baton.testing.writelog import libpq
 
 FEED_MIME_TYPE = "boefje/dns-records"  # read by a normalizer of the built-in catalogue
 LEASE_ENV = {
-    "BATON_LEASE_SECONDS": "3",
-    "BATON_RENEW_DEADLINE_SECONDS": "2",
+    # Short, yet with room for a loaded CI machine: a renewal starved past the renew deadline makes a
+    # holder give everything up (as it must), which would turn scheduling noise into failovers.
+    "BATON_LEASE_SECONDS": "6",
+    "BATON_RENEW_DEADLINE_SECONDS": "4",
     "BATON_RETRY_PERIOD_SECONDS": "0.25",
     "BATON_RECONCILE_INTERVAL_SECONDS": "0.25",
     "BATON_POLL_INTERVAL_SECONDS": "0.1",
