@@ -313,7 +313,7 @@ def release_claims(session: Session, claims: Sequence[Claim], state: str) -> int
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-def revoke_claims(session: Session, leader_term: int, owners_except: Sequence[str] = ()) -> int:
+def revoke_claims(session: Session, leader_term: int) -> int:
     """A new leader fences out everything the previous one started: each held row's term grows and
     its owner goes, so an old scheduler's next write is refused at once (no waiting for its lease).
 
@@ -322,8 +322,6 @@ def revoke_claims(session: Session, leader_term: int, owners_except: Sequence[st
     rows free now are revoked and the rest is left to their leases (and the idle-transaction timeout).
     """
     condition = and_(Scheduler.owner.is_not(None), _term_is_current(session, leader_term))
-    if owners_except:
-        condition = and_(condition, Scheduler.owner.not_in(list(owners_except)))
     revoke = (
         update(Scheduler)
         .values(owner=None, term=Scheduler.term + 1, lease_expires_at=None)
@@ -407,10 +405,6 @@ def remove_worker(session: Session, worker_id: str) -> None:
     session.execute(delete(WorkerRecord).where(WorkerRecord.id == worker_id))
 
 
-def forget_dead_workers(session: Session, older_than_seconds: float) -> None:
-    session.execute(delete(WorkerRecord).where(WorkerRecord.expires_at < db_after(session, -older_than_seconds)))
-
-
 def count_schedulers(session: Session) -> int:
     return int(
         session.scalar(
@@ -418,8 +412,3 @@ def count_schedulers(session: Session) -> int:
         )
         or 0
     )
-
-
-def owned_by(session: Session, owner: str) -> list[Claim]:
-    rows = session.execute(select(Scheduler.id, Scheduler.term).where(Scheduler.owner == owner)).all()
-    return [Claim(scheduler_id, owner, int(term)) for scheduler_id, term in rows]

@@ -60,9 +60,3 @@ def record_heartbeat(
     row.location = location
     row.heartbeat_at = now or utcnow()
     return row
-
-
-def mark_failed(session: Session, scheduler_id: str) -> None:
-    row = session.get(Scheduler, scheduler_id)
-    if row is not None:
-        row.state = SchedulerState.FAILED.value
