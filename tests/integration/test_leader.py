@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from baton.control.director import Director
 from baton.control.leadership import LIVENESS_LOCK_KEY, DatabaseLeaseLeader
@@ -336,3 +339,50 @@ def test_a_claimant_does_not_claim_again_what_it_runs_when_the_lease_lapsed(stor
     with store.session() as session:
         renewed = leases.renew_claims(session, [claim for claim in first if claim.scheduler_id in running], 3)
     assert sorted(renewed) == sorted(running)  # still ours: the lapsed leases renew
+
+
+def test_on_postgresql_a_frozen_transaction_locking_a_lapsed_row_is_ended(
+    pg_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process frozen mid-transaction keeps its row lock (no idle timeout applies mid-pipeline):
+    once the row's lease ran out, the next claimant ends that session instead of skipping the row
+    for as long as the freeze; a lock on a row whose lease still runs is left alone."""
+    monkeypatch.setattr(leases, "LAPSED_LOCK_SECONDS", 0.0)
+    add_organisation(pg_store, "acme")
+    ownership = Ownership(pg_store, LEASES, owner="b:2#y")
+    with pg_store.session() as session:
+        (lapsed,) = leases.claim_schedulers(session, ["boefje-acme"], "a:1#x", -1)  # ran out already
+        leases.claim_schedulers(session, ["normalizer-acme"], "a:1#x", 60)
+    with pg_store.engine.connect() as on_lapsed, pg_store.engine.connect() as on_live:
+        for conn, scheduler_id in ((on_lapsed, "boefje-acme"), (on_live, "normalizer-acme")):
+            conn.execute(text("SET idle_in_transaction_session_timeout = 0"))  # as mid-pipeline
+            conn.execute(text("SELECT * FROM schedulers WHERE id = :id FOR SHARE"), {"id": scheduler_id})
+        assert ownership.claim(["boefje-acme", "normalizer-acme"]) == {}  # both locked: skipped
+        with pytest.raises(DBAPIError, match="terminat"):
+            on_lapsed.execute(text("SELECT 1"))
+        assert on_live.execute(text("SELECT 1")).scalar() == 1
+    assert wait_until(lambda: set(ownership.claim(["boefje-acme"])) == {"boefje-acme"}, timeout=10)
+    assert leases_term(pg_store, "boefje-acme") == lapsed.term + 1
+
+
+def leases_term(store: Store, scheduler_id: str) -> int:
+    with store.session() as session:
+        return int(session.scalar(text("SELECT term FROM schedulers WHERE id = :id"), {"id": scheduler_id}))
+
+
+def test_on_postgresql_workers_are_woken_when_the_pool_changes(pg_store: Store) -> None:
+    """A worker waits for its next round or for a peer's announcement (joined, left, gave schedulers
+    up), whichever comes first: hand-overs do not wait for the round."""
+    stop = threading.Event()
+    changes = leases.PoolChanges(pg_store.url, stop)
+    try:
+        changes.wait(0)  # listening from now on
+        woke = threading.Event()
+        waiter = threading.Thread(target=lambda: (changes.wait(60), woke.set()), daemon=True)
+        waiter.start()
+        with pg_store.session() as session:
+            leases.announce_pool_change(session)
+        assert woke.wait(30), "still waiting for the 60 s round after an announcement"
+    finally:
+        stop.set()
+        changes.close()

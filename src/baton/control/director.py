@@ -64,7 +64,7 @@ class Director(BackgroundService):
         self.launched_at: dict[str, datetime] = {}
 
     def desired(self) -> set[SchedulerSpec]:
-        with self.store.session() as session:
+        with self.store.control_session() as session:
             return all_specs(session)
 
     def stale_heartbeats(self, specs: set[SchedulerSpec]) -> set[str]:
@@ -75,7 +75,7 @@ class Director(BackgroundService):
         that dies while starting is restarted by the runner's supervise()."""
         now = utcnow()
         timeout = self.settings.timing.heartbeat_timeout_seconds
-        with self.store.session() as session:
+        with self.store.control_session() as session:
             rows = heartbeats(session, {spec.id for spec in specs})
         return {
             scheduler_id
@@ -90,7 +90,7 @@ class Director(BackgroundService):
         `leaders` row that /schedulers, /metrics and the status page read."""
         if self.elector.recorded_in_database:
             return
-        with self.store.session() as session:
+        with self.store.control_session() as session:
             report_leadership(session, DIRECTOR_ROLE, self.holder, self.term or 0, None)
 
     def take_office(self, term: int | None) -> None:
@@ -100,7 +100,7 @@ class Director(BackgroundService):
         self.runner.follow_leader(term)
         if term is None or not self.runner.revokes_on_takeover:
             return
-        with self.store.session() as session:
+        with self.store.control_session() as session:
             revoked = revoke_claims(session, term)
         log.info("leading", term=term, revoked_claims=revoked)
 
@@ -108,7 +108,7 @@ class Director(BackgroundService):
         """Re-queue tasks whose runner went silent (SKIP LOCKED: safe even if two leaders overlap)."""
         recovery = self.settings.recovery
         cutoff = utcnow() - timedelta(seconds=recovery.task_timeout_seconds)
-        with self.store.session() as session:
+        with self.store.control_session() as session:
             requeued, failed = requeue_stuck(session, older_than=cutoff, max_attempts=recovery.task_max_attempts)
         if requeued or failed:
             log.warning("recovered stuck tasks", requeued=requeued, failed=failed)

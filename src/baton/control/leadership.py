@@ -95,7 +95,7 @@ class DatabaseLeaseLeader:
             except DBAPIError:
                 self._drop_liveness_lock()
         try:
-            conn = self.store.engine.connect()
+            conn = self.store.control_engine.connect()
         except DBAPIError:
             return False
         try:
@@ -132,7 +132,7 @@ class DatabaseLeaseLeader:
         started = self._clock()
         holds_lock = self._hold_liveness_lock()
         try:
-            with self.store.session() as session:
+            with self.store.control_session() as session:
                 term = leases.try_acquire_leadership(
                     session, self.role, self.holder, self.settings.lease_seconds, holds_lock
                 )
@@ -153,7 +153,7 @@ class DatabaseLeaseLeader:
         # standby takes over at once when our connection dies, not only in our first round.
         holds_lock = self._hold_liveness_lock()
         try:
-            with self.store.session() as session:
+            with self.store.control_session() as session:
                 renewed = leases.renew_leadership(
                     session, self.role, self.holder, term, self.settings.lease_seconds, holds_lock
                 )
@@ -185,7 +185,7 @@ class DatabaseLeaseLeader:
         if term is None:
             return
         try:
-            with self.store.session() as session:
+            with self.store.control_session() as session:
                 leases.release_leadership(session, self.role, self.holder, term)
         except DBAPIError:
             pass  # the lease simply expires

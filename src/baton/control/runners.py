@@ -190,7 +190,7 @@ class SupervisingRunner(ABC, Generic[Handle]):
         """A dead scheduler cannot report itself: show it failed until it is back (only while no one
         else holds its row)."""
         try:
-            with self.store.session() as session:
+            with self.store.control_session() as session:
                 mark_failed_unless_claimed(session, scheduler_id, owner_prefix)
         except Exception:
             log.warning("could not mark scheduler failed", scheduler=scheduler_id)
@@ -217,15 +217,18 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
     def __init__(self, context: SchedulerContext) -> None:
         super().__init__(context.store)
         self.context = context
+        self._winding_down: builtins.list[ThreadHandle] = []  # told to stop, not waited for
 
     def launch_claimed(self, specs_and_claims: builtins.list[tuple[SchedulerSpec, Claim]]) -> builtins.list[str]:
         """Run schedulers whose rows were claimed already (a worker's share)."""
         started = []
+        gate = threading.Event()
         with self._lock:
             for spec, claim in specs_and_claims:
                 if spec.id not in self._entries:
-                    self._entries[spec.id] = Supervised(spec, self._launch(spec, claim))
+                    self._entries[spec.id] = Supervised(spec, self._launch(spec, claim, gate))
                     started.append(spec.id)
+        gate.set()
         return started
 
     def forget_dead(self) -> builtins.list[str]:
@@ -252,12 +255,14 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
         ownership.start_in_background()
         claims = ownership.claim([spec.id for spec in wanted], runner=self.name)
         started = []
+        gate = threading.Event()
         with self._lock:
             for spec in wanted:
                 claim = claims.get(spec.id)
                 if claim is not None and spec.id not in self._entries:
-                    self._entries[spec.id] = Supervised(spec, self._launch(spec, claim))
+                    self._entries[spec.id] = Supervised(spec, self._launch(spec, claim, gate))
                     started.append(spec.id)
+        gate.set()
         if started:
             log.info("schedulers started", count=len(started), runner=self.name)
         return started
@@ -265,14 +270,20 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
     def _owner_prefix(self, handle: ThreadHandle) -> str:
         return self.context.leases().owner
 
-    def _launch(self, spec: SchedulerSpec, claim: Claim | None = None) -> ThreadHandle:
+    def _launch(
+        self, spec: SchedulerSpec, claim: Claim | None = None, gate: threading.Event | None = None
+    ) -> ThreadHandle:
+        """`gate`: a batch's threads wait for it before doing anything, so starting each of them
+        costs the launching thread no turn of the interpreter lock behind their start-up work."""
         scheduler = build_scheduler(spec, self.context, claim)
-        thread = threading.Thread(target=self._run, args=(scheduler,), name=f"scheduler-{spec.id}", daemon=True)
+        thread = threading.Thread(target=self._run, args=(scheduler, gate), name=f"scheduler-{spec.id}", daemon=True)
         thread.start()
         return ThreadHandle(scheduler, thread)
 
     @staticmethod
-    def _run(scheduler: Scheduler) -> None:
+    def _run(scheduler: Scheduler, gate: threading.Event | None = None) -> None:
+        if gate is not None:
+            gate.wait()
         try:
             scheduler.run()
         except Exception:  # already logged and recorded by the scheduler; supervise() restarts it
@@ -286,14 +297,23 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
 
     def shutdown(self, timeout: float = 10.0) -> None:
         with self._lock:
-            handles = [entry.handle for entry in self._entries.values()]
+            handles = [entry.handle for entry in self._entries.values()] + self._winding_down
             self._entries.clear()
+            self._winding_down = []
         self._stop_together(handles, timeout)
 
-    def stop_many(self, scheduler_ids: Iterable[str], timeout: float = 10.0) -> None:
+    def stop_many(self, scheduler_ids: Iterable[str], timeout: float = 10.0, wait: bool = True) -> None:
+        """Stop these schedulers; with `wait=False` only tell them (shutdown still waits for them)."""
         with self._lock:
             entries = [self._entries.pop(scheduler_id, None) for scheduler_id in scheduler_ids]
-        self._stop_together([entry.handle for entry in entries if entry is not None], timeout)
+            handles = [entry.handle for entry in entries if entry is not None]
+            if not wait:
+                self._winding_down = [h for h in self._winding_down if h.thread.is_alive()] + handles
+        if wait:
+            self._stop_together(handles, timeout)
+        else:
+            for handle in handles:
+                handle.scheduler.stop()
 
     @staticmethod
     def _stop_together(handles: builtins.list[ThreadHandle], timeout: float) -> None:

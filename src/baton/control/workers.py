@@ -51,11 +51,16 @@ class Worker(BackgroundService):
         self.id = self.ownership.owner
         self.runner = ThreadRunner(context)
         self.round_seconds = min(1.0, settings.leases.retry_period_seconds)
+        self.pool_changes = leases.PoolChanges(store.url, self._stop)
+        self._joined = False
 
     def step(self) -> WorkerRound:
         lease = self.settings.leases.lease_seconds
-        with self.store.session() as session:
+        with self.store.control_session() as session:
             leases.heartbeat_worker(session, self.id, lease)
+            if not self._joined:
+                leases.announce_pool_change(session)  # peers above their new share release now
+                self._joined = True
             live = len(leases.live_workers(session))
             share = fair_share(leases.count_schedulers(session), live)
         self.runner.forget_dead()
@@ -68,8 +73,13 @@ class Worker(BackgroundService):
         return WorkerRound(live, share, claimed, released, len(kept) + len(claimed))
 
     def _release_above(self, share: int, running: list[str]) -> list[str]:
+        """Give the surplus rows up in one statement first (peers claim them in their next round),
+        then tell those schedulers to stop without waiting for them: until they do, their writes
+        are fenced."""
         surplus = sorted(running)[share:]
-        self.runner.stop_many(surplus)  # each scheduler gives its row up as it stops
+        if surplus:
+            self.ownership.release_many(surplus, "stopped", announce=True)
+            self.runner.stop_many(surplus, wait=False)
         return surplus
 
     def _claim_up_to(self, share: int, running: list[str]) -> list[str]:
@@ -84,20 +94,32 @@ class Worker(BackgroundService):
                 self.step()
             except Exception as exc:
                 log.warning("worker round failed; retrying", error=str(exc).splitlines()[0])
-            self._stop.wait(self.round_seconds)
+            if not self.stopping:
+                self.pool_changes.wait(self.round_seconds)  # or until a peer joins, leaves or gives up schedulers
+        self.pool_changes.close()
 
-    def stopped(self, timeout: float) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Hand over before anything else: the rows are given up in the first milliseconds, while
+        the round in progress and the schedulers wind down (their writes fenced meanwhile)."""
+        self._stop.set()
+        self.leave()
+        super().stop(timeout)
+
+    def leave(self) -> None:
         """Leave the pool first (peers' shares grow at once), then hand every scheduler back."""
         try:
-            with self.store.session() as session:
+            with self.store.control_session() as session:
                 leases.remove_worker(session, self.id)
+                leases.announce_pool_change(session)
         except Exception:
             log.warning("could not remove the worker's row; it expires", worker=self.id)
         try:
-            released = self.ownership.release_all("stopped")
+            released = self.ownership.release_all("stopped", announce=True)
             log.info("handed every scheduler over", worker=self.id, released=released)
         except Exception:
             log.warning("could not release the leases; they expire", worker=self.id)
+
+    def stopped(self, timeout: float) -> None:
         self.runner.shutdown(timeout)
         self.ownership.stop(timeout)
         log.info("worker stopped", worker=self.id)

@@ -25,6 +25,9 @@ from baton.storage.engine import Store
 from baton.storage.leases import Claim
 
 log = get_logger("baton.ownership")
+# New states are written soon, not at once: when a thousand schedulers start together, one write
+# carries a burst of them instead of one statement per scheduler competing with their start-up.
+STATE_WRITE_GATHER_SECONDS = 0.2
 
 
 def new_owner_id() -> str:
@@ -75,23 +78,38 @@ class Ownership:
         self._renewed_at = clock()
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._changed: set[str] = set()  # schedulers whose new state is not written yet
         self._thread: threading.Thread | None = None
 
     # -- claims ------------------------------------------------------------------------------------
 
     def claim(self, scheduler_ids: Iterable[str], runner: str | None = None) -> dict[str, Claim]:
         """Claim what nobody holds, in one statement; the ones we got."""
-        with self.store.session() as session:
+        wanted = list(scheduler_ids)
+        with self.store.control_session() as session:
             claims = leases.claim_schedulers(
-                session, scheduler_ids, self.owner, self.settings.lease_seconds, self.leader_term, runner=runner
+                session, wanted, self.owner, self.settings.lease_seconds, self.leader_term, runner=runner
             )
+        if len(claims) < len(wanted):
+            self._end_lapsed_lockers()
         return {claim.scheduler_id: claim for claim in claims}
 
     def claim_unowned(self, limit: int, runner: str | None = None, running_here: Iterable[str] = ()) -> list[Claim]:
-        with self.store.session() as session:
-            return leases.claim_unowned(
+        with self.store.control_session() as session:
+            claims = leases.claim_unowned(
                 session, self.owner, limit, self.settings.lease_seconds, runner=runner, running_here=running_here
             )
+        if len(claims) < limit:
+            self._end_lapsed_lockers()
+        return claims
+
+    def _end_lapsed_lockers(self) -> None:
+        """Rows we could not claim may be locked by a frozen process past its lease: end its
+        transaction, so the next round claims them (storage/leases.py explains when that happens)."""
+        with self.store.control_session() as session:
+            ended = leases.end_lapsed_lockers(session)
+        if ended:
+            log.warning("ended database sessions that held lapsed scheduler rows locked", sessions=ended)
 
     def hold(self, claim: Claim, lessee: Lessee) -> None:
         """Renew `claim` from now on, on behalf of `lessee`."""
@@ -109,23 +127,45 @@ class Ownership:
             else:
                 changed = False
         if changed:
+            with self._lock:
+                self._changed.add(scheduler_id)
             self._wake.set()  # a new state is written now, not at the next round
 
     def release(self, claim: Claim, state: str) -> None:
-        """Stop renewing and give the row up with its final state (only if it is still ours)."""
+        """Stop renewing and give the row up with its final state (only if it is still ours). A row
+        given up already (release_many, release_all) costs no statement."""
         with self._lock:
-            self._held.pop(claim.scheduler_id, None)
-        with self.store.session() as session:
+            held = self._held.get(claim.scheduler_id)
+            if held is None or held.claim != claim:
+                return
+            del self._held[claim.scheduler_id]
+        with self.store.control_session() as session:
             leases.release_claims(session, [claim], state)
 
-    def release_all(self, state: str) -> int:
+    def release_many(self, scheduler_ids: Iterable[str], state: str, announce: bool = False) -> int:
+        """Give these rows up in one statement (a worker above its share): peers may claim them at
+        once; the schedulers still running here are stopped by their owner and fenced meanwhile."""
+        with self._lock:
+            claims = [held.claim for held in (self._held.pop(sid, None) for sid in scheduler_ids) if held is not None]
+        return self._release(claims, state, announce)
+
+    def _release(self, claims: list[Claim], state: str, announce: bool) -> int:
+        """`announce`: wake the workers, who claim what was given up in their next round."""
+        if not claims:
+            return 0
+        with self.store.control_session() as session:
+            released = leases.release_claims(session, claims, state)
+            if announce:
+                leases.announce_pool_change(session)
+            return released
+
+    def release_all(self, state: str, announce: bool = False) -> int:
         """Give every held row up in one statement (a worker leaving): peers can claim them at once,
         and any write the schedulers still attempt is fenced."""
         with self._lock:
             claims = [held.claim for held in self._held.values()]
             self._held.clear()
-        with self.store.session() as session:
-            return leases.release_claims(session, claims, state)
+        return self._release(claims, state, announce)
 
     def forget(self, scheduler_id: str) -> None:
         with self._lock:
@@ -143,15 +183,27 @@ class Ownership:
         now = self._clock()
         with self._lock:
             live = [held for held in self._held.values() if now - held.progressed_at < self.hung_after_seconds]
+            self._changed.clear()
+        self._renew(live)
+        self._renewed_at = self._clock()
+
+    def write_changed_states(self) -> None:
+        """Between rounds: only the schedulers whose state changed (their leases renewed with it)."""
+        with self._lock:
+            changed = [self._held[sid] for sid in self._changed if sid in self._held]
+            self._changed.clear()
+        self._renew(changed)
+
+    def _renew(self, live: list[_Held]) -> None:
+        with self._lock:
             states = {held.claim.scheduler_id: held.state for held in live if held.state is not None}
         if live:
-            with self.store.session() as session:
+            with self.store.control_session() as session:
                 renewed = leases.renew_claims(
                     session, [held.claim for held in live], self.settings.lease_seconds, states
                 )
         else:
             renewed = {}
-        self._renewed_at = self._clock()
         for held in live:
             answer = renewed.get(held.claim.scheduler_id)
             if answer is None:
@@ -176,13 +228,20 @@ class Ownership:
             self._lose(held, reason)
 
     def run(self) -> None:
+        next_round = self._clock() + self.settings.retry_period_seconds
         while not self._stop.is_set():
-            self._wake.wait(self.settings.retry_period_seconds)
+            self._wake.wait(max(0.0, next_round - self._clock()))
+            if self._clock() < next_round:  # woken by a new state: gather the rest of the burst
+                self._stop.wait(STATE_WRITE_GATHER_SECONDS)
             self._wake.clear()
             if self._stop.is_set():
                 return
             try:
-                self.renew()
+                if self._clock() >= next_round:
+                    next_round = self._clock() + self.settings.retry_period_seconds
+                    self.renew()
+                else:
+                    self.write_changed_states()
             except Exception as exc:  # the database is away: keep trying until the renew deadline
                 log.warning("could not renew scheduler leases", owner=self.owner, error=str(exc).splitlines()[0])
             if self.past_renew_deadline():

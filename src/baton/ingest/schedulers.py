@@ -6,6 +6,7 @@ a `SchedulerContext` (store, settings, where it runs, where its events come from
 
 from __future__ import annotations
 
+import random
 import threading
 import uuid
 from abc import ABC, abstractmethod
@@ -183,6 +184,8 @@ class Scheduler(ABC):
         try:
             self._report(SchedulerState.STARTING)
             self.setup()
+            self._report(SchedulerState.RUNNING)
+            self._stop.wait(self._first_tick_delay())
             while not self._stop.is_set():
                 self._report(SchedulerState.RUNNING)
                 busy = self._tick_safely() if self.enabled else 0
@@ -197,6 +200,12 @@ class Scheduler(ABC):
         finally:
             self.teardown()
             self._give_up(claim, final)
+
+    def _first_tick_delay(self) -> float:
+        """Schedulers often start by the thousand (a worker taking over a peer's share, a director's
+        first round): their first ticks are spread over one poll interval, so the ones started first
+        do not hold the interpreter and the pool while the rest are still being started."""
+        return random.uniform(0, self.settings.timing.poll_interval_seconds)
 
     def _give_up(self, claim: Claim, state: SchedulerState) -> None:
         self.state = state

@@ -8,6 +8,7 @@ migration scripts' source, which costs a few kilobytes instead of alembic's ~10 
 from __future__ import annotations
 
 import ast
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -55,7 +56,7 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> Engine:
     url = normalise_database_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -68,20 +69,35 @@ def make_engine(url: str) -> Engine:
     # on a stale connection fails (503 once) and SQLAlchemy then invalidates the whole pool.
     return create_engine(
         url,
-        pool_size=10,
-        max_overflow=20,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
         pool_recycle=1800,
         connect_args={"options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"},
     )
 
 
+# The control engine's pool: leases, leadership and worker rounds; a handful of threads at most.
+CONTROL_POOL_SIZE = 2
+CONTROL_MAX_OVERFLOW = 3
+
+
 class Store:
-    """Owns the engine; every unit of work runs in `with store.session() as s:` (one transaction)."""
+    """Owns the engine; every unit of work runs in `with store.session() as s:` (one transaction).
+
+    Keeping leases alive is kept apart from the work they protect: on PostgreSQL, renewals, claims,
+    leadership and worker rounds run in `control_session()`, on a small pool of their own. A process
+    running thousands of scheduler threads shares its main pool between them; a renewal queued
+    behind their ticks would come late, and a lease renewed late is a lease lost (or a hand-over
+    that waits for every tick in the queue).
+    """
 
     def __init__(self, url: str) -> None:
         self.url = normalise_database_url(url)
         self.engine = make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._control_engine: Engine | None = None
+        self._control_sessions: sessionmaker[Session] | None = None
+        self._control_lock = threading.Lock()
 
     @property
     def dialect(self) -> str:
@@ -97,8 +113,37 @@ class Store:
         with self._sessions.begin() as session:
             yield session
 
+    @contextmanager
+    def control_session(self) -> Iterator[Session]:
+        """A transaction for lease and leadership bookkeeping (see the class docstring). SQLite has
+        one writer at a time whatever the pool, so there it is an ordinary session."""
+        if not self.is_postgresql:
+            with self.session() as session:
+                yield session
+            return
+        with self._control_sessionmaker().begin() as session:
+            yield session
+
+    @property
+    def control_engine(self) -> Engine:
+        """The engine behind `control_session()` (the main one on SQLite)."""
+        if not self.is_postgresql:
+            return self.engine
+        self._control_sessionmaker()
+        assert self._control_engine is not None
+        return self._control_engine
+
+    def _control_sessionmaker(self) -> sessionmaker[Session]:
+        with self._control_lock:
+            if self._control_sessions is None:
+                self._control_engine = make_engine(self.url, CONTROL_POOL_SIZE, CONTROL_MAX_OVERFLOW)
+                self._control_sessions = sessionmaker(self._control_engine, expire_on_commit=False)
+            return self._control_sessions
+
     def dispose(self) -> None:
         self.engine.dispose()
+        if self._control_engine is not None:
+            self._control_engine.dispose()
 
     # -- migrations -------------------------------------------------------------------------------
     def migrate(self) -> None:

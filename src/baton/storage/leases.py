@@ -16,14 +16,18 @@ One mechanism for both. A lease is a row with a holder, a term and an expiry on 
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     DateTime,
+    String,
     and_,
     delete,
     exists,
@@ -35,6 +39,8 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -42,6 +48,9 @@ from baton.core.errors import FencedError
 from baton.core.model import utcnow
 from baton.storage.engine import insert_for, on_postgresql
 from baton.storage.tables import LeaderRecord, Organisation, Scheduler, UTCDateTime, WorkerRecord
+
+if TYPE_CHECKING:
+    import psycopg
 
 DIRECTOR_ROLE = "director"
 CLAIM_SETTING = "baton.claim"
@@ -176,6 +185,45 @@ def _claimable(session: Session) -> ColumnElement[bool]:
     return or_(Scheduler.owner.is_(None), Scheduler.lease_expires_at < db_now(session))
 
 
+# Who holds a lapsed scheduler row locked, and for how long: the locker's transaction id is the row's
+# xmax, and every transaction holds an exclusive lock on its own id (pg_locks), which names its pid.
+_LAPSED_LOCKERS = text(
+    """
+    SELECT DISTINCT locks.pid
+    FROM schedulers
+    JOIN pg_locks AS locks
+      ON locks.locktype = 'transactionid' AND locks.mode = 'ExclusiveLock' AND locks.granted
+     AND locks.transactionid = schedulers.xmax
+    JOIN pg_stat_activity AS activity ON activity.pid = locks.pid
+    WHERE schedulers.owner IS NOT NULL
+      AND schedulers.lease_expires_at < clock_timestamp()
+      AND activity.xact_start < clock_timestamp() - make_interval(secs => :older_than)
+      AND locks.pid <> pg_backend_pid()
+    """
+)
+# Baton's transactions last milliseconds; one this old that still locks a lapsed row is frozen.
+LAPSED_LOCK_SECONDS = 5.0
+
+
+def end_lapsed_lockers(session: Session) -> int:
+    """End the database sessions that hold a scheduler row locked after its lease ran out.
+
+    A process frozen in the middle of a transaction keeps its row locks. When it froze between two
+    statements, PostgreSQL ends the session after the idle-in-transaction timeout; but frozen in the
+    middle of a pipeline (psycopg's executemany), the session is not idle and no timeout applies
+    before PostgreSQL 17's transaction_timeout: the row stays locked, and skipped by every claim,
+    for as long as the freeze. Such a process lost its lease already and may write nothing, so its
+    transaction is ended (rolled back) rather than waited for. PostgreSQL only."""
+    if not on_postgresql(session):
+        return 0
+    pids = session.scalars(_LAPSED_LOCKERS, {"older_than": LAPSED_LOCK_SECONDS}).all()
+    ended = 0
+    for pid in pids:
+        if session.scalar(select(func.pg_terminate_backend(pid))):
+            ended += 1
+    return ended
+
+
 def claim_schedulers(
     session: Session,
     scheduler_ids: Iterable[str],
@@ -257,12 +305,20 @@ def _claim_where(
     return [Claim(scheduler_id, owner, int(term)) for scheduler_id, term in rows]
 
 
-def _held(claims: Sequence[Claim]) -> ColumnElement[bool]:
+def _held(session: Session, claims: Sequence[Claim]) -> ColumnElement[bool]:
+    """The rows still held under these very claims (owner and term). On PostgreSQL the pairs travel
+    as two arrays, not two parameters per claim: a worker renews thousands in one statement."""
     owners = {claim.owner for claim in claims}
-    return and_(
-        Scheduler.owner.in_(owners),
-        tuple_(Scheduler.id, Scheduler.term).in_([(claim.scheduler_id, claim.term) for claim in claims]),
-    )
+    ids = [claim.scheduler_id for claim in claims]
+    terms = [claim.term for claim in claims]
+    if on_postgresql(session):
+        pairs: Any = select(
+            func.unnest(literal(ids, postgresql.ARRAY(String))),
+            func.unnest(literal(terms, postgresql.ARRAY(BigInteger))),
+        )
+    else:
+        pairs = list(zip(ids, terms, strict=True))
+    return and_(Scheduler.owner.in_(owners), tuple_(Scheduler.id, Scheduler.term).in_(pairs))
 
 
 @dataclass(frozen=True)
@@ -290,7 +346,7 @@ def renew_claims(
             values["state"] = state
         rows = session.execute(
             update(Scheduler)
-            .where(_held(group))
+            .where(_held(session, group))
             .values(**values)
             .returning(Scheduler.id, Scheduler.enabled)
             .execution_options(synchronize_session=False)
@@ -306,7 +362,7 @@ def release_claims(session: Session, claims: Sequence[Claim], state: str) -> int
         return 0
     result = session.execute(
         update(Scheduler)
-        .where(_held(claims))
+        .where(_held(session, claims))
         .values(owner=None, lease_expires_at=None, state=state, heartbeat_at=db_now(session))
         .execution_options(synchronize_session=False)
     )
@@ -412,3 +468,59 @@ def count_schedulers(session: Session) -> int:
         )
         or 0
     )
+
+
+# -- wake-ups between workers ------------------------------------------------------------------------
+
+WORKERS_CHANNEL = "baton_workers"
+
+
+def announce_pool_change(session: Session) -> None:
+    """Tell every worker, at commit, that the pool changed (a worker joined or left, schedulers were
+    given up): they run their next round now instead of at its time. PostgreSQL only."""
+    if on_postgresql(session):
+        session.execute(select(func.pg_notify(WORKERS_CHANNEL, "")))
+
+
+class PoolChanges:
+    """Waits for `announce_pool_change` from any worker (LISTEN on its own connection), or for a
+    timeout. On SQLite, and while that connection cannot be made, it is a plain wait."""
+
+    def __init__(self, url: str, stop: threading.Event) -> None:
+        parsed = make_url(url)
+        self._dsn = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._postgresql = parsed.get_backend_name() == "postgresql"
+        self._stop = stop
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def wait(self, seconds: float) -> None:
+        conn = self._listening()
+        if conn is None:
+            self._stop.wait(seconds)
+            return
+        import psycopg
+
+        try:
+            for _ in conn.notifies(timeout=seconds, stop_after=1):
+                pass
+        except psycopg.Error:
+            self.close()  # listen again next time; this round waited less, which is harmless
+
+    def _listening(self) -> psycopg.Connection[Any] | None:
+        if not self._postgresql:
+            return None
+        import psycopg  # only where PostgreSQL is used
+
+        if self._conn is None:
+            try:
+                self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=5)
+                self._conn.execute(f"LISTEN {WORKERS_CHANNEL}")
+            except psycopg.Error:
+                self.close()
+        return self._conn
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # closing a broken connection
+                conn.close()
