@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -15,7 +16,7 @@ from baton.control.runners import ThreadRunner
 from baton.core.errors import FencedError
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcnow
 from baton.core.settings import LeaseSettings
-from baton.ingest.ownership import Ownership
+from baton.ingest.ownership import Ownership, owner_prefix
 from baton.ingest.schedulers import SchedulerContext, build_scheduler
 from baton.storage import leases, queues
 from baton.storage.engine import Store
@@ -344,25 +345,33 @@ def test_a_claimant_does_not_claim_again_what_it_runs_when_the_lease_lapsed(stor
 def test_on_postgresql_a_frozen_transaction_locking_a_lapsed_row_is_ended(
     pg_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A process frozen mid-transaction keeps its row lock (no idle timeout applies mid-pipeline):
-    once the row's lease ran out, the next claimant ends that session instead of skipping the row
-    for as long as the freeze; a lock on a row whose lease still runs is left alone."""
+    """A process frozen mid-transaction keeps its row locks (no idle timeout applies mid-pipeline):
+    once its lease ran out, the next claimant ends that transaction instead of skipping the row for
+    as long as the freeze; a process whose lease still runs is left alone."""
     monkeypatch.setattr(leases, "LAPSED_LOCK_SECONDS", 0.0)
     add_organisation(pg_store, "acme")
     ownership = Ownership(pg_store, LEASES, owner="b:2#y")
     with pg_store.session() as session:
         (lapsed,) = leases.claim_schedulers(session, ["boefje-acme"], "a:1#x", -1)  # ran out already
-        leases.claim_schedulers(session, ["normalizer-acme"], "a:1#x", 60)
-    with pg_store.engine.connect() as on_lapsed, pg_store.engine.connect() as on_live:
-        for conn, scheduler_id in ((on_lapsed, "boefje-acme"), (on_live, "normalizer-acme")):
+        leases.claim_schedulers(session, ["normalizer-acme"], "c:3#z", 60)
+    with pg_store.engine.connect() as frozen, pg_store.engine.connect() as live:
+        for conn, process, scheduler_id in ((frozen, "1@a", "boefje-acme"), (live, "3@c", "normalizer-acme")):
+            conn.execute(text(f"SET application_name = 'baton {process}'"))  # engine.connection_name()
             conn.execute(text("SET idle_in_transaction_session_timeout = 0"))  # as mid-pipeline
             conn.execute(text("SELECT * FROM schedulers WHERE id = :id FOR SHARE"), {"id": scheduler_id})
         assert ownership.claim(["boefje-acme", "normalizer-acme"]) == {}  # both locked: skipped
         with pytest.raises(DBAPIError, match="terminat"):
-            on_lapsed.execute(text("SELECT 1"))
-        assert on_live.execute(text("SELECT 1")).scalar() == 1
+            frozen.execute(text("SELECT 1"))
+        assert live.execute(text("SELECT 1")).scalar() == 1
     assert wait_until(lambda: set(ownership.claim(["boefje-acme"])) == {"boefje-acme"}, timeout=10)
     assert leases_term(pg_store, "boefje-acme") == lapsed.term + 1
+
+
+def test_every_connection_is_named_after_its_process_as_lease_owners_are(pg_store: Store) -> None:
+    with pg_store.engine.connect() as conn:
+        name = conn.execute(text("SELECT current_setting('application_name')")).scalar()
+    host, pid = owner_prefix(os.getpid()).rstrip("#").split(":")
+    assert name == f"baton {pid}@{host}"[:63]
 
 
 def leases_term(store: Store, scheduler_id: str) -> int:

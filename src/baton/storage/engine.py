@@ -8,6 +8,7 @@ migration scripts' source, which costs a few kilobytes instead of alembic's ~10 
 from __future__ import annotations
 
 import ast
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,6 +57,13 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def connection_name(pid: int | None = None) -> str:
+    """What every connection of this process is called in pg_stat_activity: `baton <pid>@<host>`,
+    the same process as the owner ids `host:pid#...` of its leases (storage/leases.py ends the
+    transactions of a process whose leases ran out). PostgreSQL keeps 63 bytes of it."""
+    return f"baton {pid or os.getpid()}@{os.uname().nodename}"[:63]
+
+
 def make_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> Engine:
     url = normalise_database_url(url)
     parsed = make_url(url)
@@ -72,7 +80,10 @@ def make_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> Engine
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_recycle=1800,
-        connect_args={"options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"},
+        connect_args={
+            "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}",
+            "application_name": connection_name(),
+        },
     )
 
 

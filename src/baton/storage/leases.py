@@ -185,28 +185,29 @@ def _claimable(session: Session) -> ColumnElement[bool]:
     return or_(Scheduler.owner.is_(None), Scheduler.lease_expires_at < db_now(session))
 
 
-# Who holds a lapsed scheduler row locked, and for how long: the locker's transaction id is the row's
-# xmax, and every transaction holds an exclusive lock on its own id (pg_locks), which names its pid.
-_LAPSED_LOCKERS = text(
+# The sessions of processes whose scheduler leases ran out, in a transaction for a while: every
+# connection a Baton process opens is named after it (engine.connection_name), as its owner ids are.
+_LAPSED_SESSIONS = text(
     """
-    SELECT DISTINCT locks.pid
-    FROM schedulers
-    JOIN pg_locks AS locks
-      ON locks.locktype = 'transactionid' AND locks.mode = 'ExclusiveLock' AND locks.granted
-     AND locks.transactionid = schedulers.xmax
-    JOIN pg_stat_activity AS activity ON activity.pid = locks.pid
-    WHERE schedulers.owner IS NOT NULL
-      AND schedulers.lease_expires_at < clock_timestamp()
-      AND activity.xact_start < clock_timestamp() - make_interval(secs => :older_than)
-      AND locks.pid <> pg_backend_pid()
+    SELECT DISTINCT activity.pid
+    FROM pg_stat_activity AS activity
+    JOIN schedulers
+      ON schedulers.owner IS NOT NULL
+     AND schedulers.lease_expires_at < clock_timestamp()
+     AND activity.application_name = left(
+           'baton ' || split_part(split_part(schedulers.owner, '#', 1), ':', 2)
+           || '@' || split_part(split_part(schedulers.owner, '#', 1), ':', 1), 63)
+    WHERE activity.xact_start < clock_timestamp() - make_interval(secs => :older_than)
+      AND activity.pid <> pg_backend_pid()
     """
 )
-# Baton's transactions last milliseconds; one this old that still locks a lapsed row is frozen.
+# Baton's transactions last milliseconds; one this old in a process whose lease ran out is frozen.
 LAPSED_LOCK_SECONDS = 5.0
 
 
 def end_lapsed_lockers(session: Session) -> int:
-    """End the database sessions that hold a scheduler row locked after its lease ran out.
+    """End the transactions of processes whose scheduler leases ran out, so the rows they lock
+    can be claimed.
 
     A process frozen in the middle of a transaction keeps its row locks. When it froze between two
     statements, PostgreSQL ends the session after the idle-in-transaction timeout; but frozen in the
@@ -216,12 +217,8 @@ def end_lapsed_lockers(session: Session) -> int:
     transaction is ended (rolled back) rather than waited for. PostgreSQL only."""
     if not on_postgresql(session):
         return 0
-    pids = session.scalars(_LAPSED_LOCKERS, {"older_than": LAPSED_LOCK_SECONDS}).all()
-    ended = 0
-    for pid in pids:
-        if session.scalar(select(func.pg_terminate_backend(pid))):
-            ended += 1
-    return ended
+    pids = session.scalars(_LAPSED_SESSIONS, {"older_than": LAPSED_LOCK_SECONDS}).all()
+    return sum(1 for pid in pids if session.scalar(select(func.pg_terminate_backend(pid))))
 
 
 def claim_schedulers(
