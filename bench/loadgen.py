@@ -102,13 +102,31 @@ class _Gate:
         return self.start_at, self.deadline
 
 
+def _timed(request: Request, gate: _Gate, once: Callable[[], int]) -> tuple[int, int, list[float], bool]:
+    """Call `once` (one operation; how many items it moved) from the gate's start until its deadline,
+    or until the target runs dry when the request says so: (operations, moved, latencies ms, dry)."""
+    operations = moved = 0
+    latencies: list[float] = []
+    dry = False
+    once()  # warm-up, not counted
+    _, deadline = gate.wait()
+    while time.time() < deadline:
+        began = time.perf_counter()
+        got = once()
+        latencies.append((time.perf_counter() - began) * 1000)
+        operations += 1
+        if not got:
+            dry = True
+            if request.stop_when_dry:
+                break
+        moved += got
+    return operations, moved, latencies, dry
+
+
 def _http_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
     parts = urlsplit(request.target)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=60)
     headers = {"Content-Type": "application/json"} if request.body is not None else {}
-    operations = moved = 0
-    latencies: list[float] = []
-    dry = False
     counter = 0
     token = uuid.uuid4().hex[:12].encode()
 
@@ -119,35 +137,22 @@ def _http_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
             return request.body.replace(b"{n}", str(counter).encode()).replace(b"{client}", token)
         return request.body
 
-    conn.connect()
-    conn.request(request.method, request.path, body=body(), headers=headers)  # warm-up, not counted
-    conn.getresponse().read()
-    _, deadline = gate.wait()
-    while time.time() < deadline:
-        began = time.perf_counter()
+    def once() -> int:
         conn.request(request.method, request.path, body=body(), headers=headers)
         response = conn.getresponse()
         payload = response.read()
-        latencies.append((time.perf_counter() - began) * 1000)
         if response.status >= 300 and request.counting != "created":
             raise RuntimeError(f"{request.method} {request.path} answered {response.status}: {payload[:200]!r}")
-        got = _moved(request.counting, response.status, payload)
-        operations += 1
-        if not got:
-            dry = True
-            if request.stop_when_dry:
-                break
-        moved += got
+        return _moved(request.counting, response.status, payload)
+
+    conn.connect()
+    out.append(_timed(request, gate, once))
     conn.close()
-    out.append((operations, moved, latencies, dry))
 
 
 def _sql_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
     import psycopg
 
-    operations = moved = 0
-    latencies: list[float] = []
-    dry = False
     counter = 0
 
     def params() -> dict[str, Any]:
@@ -158,22 +163,12 @@ def _sql_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
         return {key: (value(counter) if callable(value) else value) for key, value in request.params.items()}
 
     with psycopg.connect(request.target, autocommit=True) as conn:
-        cursor = conn.execute(request.sql, params())  # warm-up, not counted
-        if cursor.description is not None:
-            cursor.fetchall()
-        _, deadline = gate.wait()
-        while time.time() < deadline:
-            began = time.perf_counter()
+
+        def once() -> int:
             cursor = conn.execute(request.sql, params())
-            got = cursor.rowcount if cursor.description is None else len(cursor.fetchall())
-            latencies.append((time.perf_counter() - began) * 1000)
-            operations += 1
-            if not got:
-                dry = True
-                if request.stop_when_dry:
-                    break
-            moved += got
-    out.append((operations, moved, latencies, dry))
+            return cursor.rowcount if cursor.description is None else len(cursor.fetchall())
+
+        out.append(_timed(request, gate, once))
 
 
 def _store_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
@@ -187,27 +182,12 @@ def _store_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
     store = _shared_store(request.target, Store)
     target = PopTarget(queue=request.params["queue"])
     limit = int(request.params.get("limit", 1))
-    operations = moved = 0
-    latencies: list[float] = []
-    dry = False
 
     def pop() -> int:
         with store.engine.begin() as conn:
             return len(queues.pop(conn, target, limit=limit, now=utcnow(), raw_data=True))
 
-    pop()  # warm-up, not counted
-    _, deadline = gate.wait()
-    while time.time() < deadline:
-        began = time.perf_counter()
-        got = pop()
-        latencies.append((time.perf_counter() - began) * 1000)
-        operations += 1
-        if not got:
-            dry = True
-            if request.stop_when_dry:
-                break
-        moved += got
-    out.append((operations, moved, latencies, dry))
+    out.append(_timed(request, gate, pop))
 
 
 _stores: dict[str, Any] = {}

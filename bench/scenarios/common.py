@@ -251,6 +251,16 @@ def clients(request: Request, count: int, duration: float, processes: int = 4) -
     return lambda: measure([request] * count, duration, processes=processes)
 
 
+def rows_against(measured: dict[str, dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """One row per measured `name|clients` series, with its ratio to `baseline|clients`."""
+    rows = []
+    for key, summary in measured.items():
+        name, count = key.split("|")
+        base = measured[f"{baseline}|{count}"]["per_second"]
+        rows.append({"series": name, "clients": int(count), **summary, "ratio": ratio(summary["per_second"], base)})
+    return rows
+
+
 def ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
 

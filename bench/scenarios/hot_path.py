@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.scenarios.common import Context, bench_queue, clients, http_pop, interleaved, ratio, serve, sql_pop
+from bench.scenarios.common import (
+    Context,
+    bench_queue,
+    clients,
+    http_pop,
+    interleaved,
+    ratio,
+    rows_against,
+    serve,
+    sql_pop,
+)
 
 CLIENTS = (1, 8)
 
@@ -24,16 +34,11 @@ def run(ctx: Context) -> dict[str, Any]:
             series[f"HTTP, 1 process|{count}"] = clients(http_pop(one.url), count, ctx.duration)
             series[f"HTTP, BATON_WORKERS=2|{count}"] = clients(http_pop(two.url), count, ctx.duration)
         measured = interleaved(series, ctx.rounds)
-    rows = []
-    for key, summary in measured.items():
-        name, count = key.split("|")
-        baseline = measured[f"raw SQL|{count}"]["per_second"]
-        rows.append({"series": name, "clients": int(count), **summary, "ratio": ratio(summary["per_second"], baseline)})
     return {
         "queued_at_start": queued,
         "duration_s": ctx.duration,
         "rounds": ctx.rounds,
-        "series": rows,
+        "series": rows_against(measured, "raw SQL"),
         "ratios": {
             f"{label}_{count}": ratio(
                 measured[f"{name}|{count}"]["per_second"], measured[f"raw SQL|{count}"]["per_second"]

@@ -15,7 +15,7 @@ from baton.runtime import prepare_store
 from baton.storage.organisations import create_organisation
 from baton.storage.statements import TASKS
 from bench.loadgen import Request
-from bench.scenarios.common import ORG, QUEUE, Context, clients, http_pop, interleaved, ratio, serve
+from bench.scenarios.common import ORG, QUEUE, Context, clients, http_pop, interleaved, ratio, rows_against, serve
 
 CLIENTS = (1, 8)
 
@@ -60,16 +60,11 @@ def run(ctx: Context) -> dict[str, Any]:
             series[f"store-level pop|{count}"] = clients(store_pop, count, ctx.duration, processes=1)
             series[f"HTTP pop|{count}"] = clients(http_pop(server.url), count, ctx.duration)
         measured = interleaved(series, ctx.rounds)
-    rows = []
-    for key, summary in measured.items():
-        name, count = key.split("|")
-        baseline = measured[f"store-level pop|{count}"]["per_second"]
-        rows.append({"series": name, "clients": int(count), **summary, "ratio": ratio(summary["per_second"], baseline)})
     return {
         "queued_at_start": queued,
         "duration_s": ctx.duration,
         "rounds": ctx.rounds,
-        "series": rows,
+        "series": rows_against(measured, "store-level pop"),
         "ratios": {
             f"sqlite_{count}": ratio(
                 measured[f"HTTP pop|{count}"]["per_second"], measured[f"store-level pop|{count}"]["per_second"]
