@@ -574,7 +574,8 @@ def section_director(result: dict[str, Any]) -> list[str]:
         measured_on(result),
         "",
         "`reconcile`: the first round (starting every scheduler); `converged`: until every scheduler has written a "
-        "`running` heartbeat; steady: a round with nothing to do; memory: resident-set growth of the director "
+        "`running` heartbeat; steady: a round with nothing to do, once every scheduler has had its first tick "
+        "(one poll interval after the start); memory: resident-set growth of the director "
         "(thread runner) or the director plus its children (process runner). Not a ratio: indicative only.",
         "",
         *table(

@@ -92,6 +92,8 @@ def one_case(
     children = me.children(recursive=True) if runner_kind == "process" else []
     per_process = scheduler_processes(runner) if isinstance(runner, ProcessRunner) else None
     rss = me.memory_info().rss - rss_before + sum(child.memory_info().rss for child in children)
+    # Steady: once every scheduler has had its first tick (spread over one poll interval after start).
+    time.sleep(max(0.0, settings.timing.poll_interval_seconds - (time.perf_counter() - started)))
     second = time.perf_counter()
     director.reconcile()  # idempotent: nothing to start
     steady = time.perf_counter() - second
