@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from baton.core.errors import ConflictError, NotFoundError, QueueDisabledError, QueueFullError
+from baton.core.errors import ConflictError, FencedError, NotFoundError, QueueDisabledError, QueueFullError
 from baton.core.model import SchedulerSpec, TaskStatus
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
@@ -308,3 +308,20 @@ def test_a_full_queue_mid_batch_defers_the_rest_of_the_batch(orgs: Store) -> Non
             pass
     assert len(made_tasks(orgs, made.id)) == 8
     assert made.events_handled == 5
+
+
+def test_a_batch_from_a_source_that_writes_nothing_is_fenced_after_a_takeover(orgs: Store) -> None:
+    """The batch's writes are its tasks alone (a RabbitMQ delivery settles nothing in the database):
+    the bulk insert itself runs the fencing check, so nothing commits and the events go back."""
+    made = scheduler(NormalizerScheduler, orgs, "batch", batch_size=100)
+    assert made.tick() == 0  # claims the row; nothing to write
+    with orgs.session() as session:
+        session.execute(update(Scheduler).where(Scheduler.id == made.id).values(term=Scheduler.term + 1))
+    source = made.source
+    assert isinstance(source, InProcessSource)
+    for n in range(3):
+        source.put(raw_file(f"raw-{n}", "boefje/dns"))
+    with pytest.raises(FencedError, match="no longer ours"):
+        made.tick()
+    assert made_tasks(orgs, made.id) == []
+    assert len(source.receive(None, 100)) == 3  # type: ignore[arg-type]  # given back by the nacks
