@@ -148,6 +148,23 @@ def test_push_many_is_refused_whole_when_the_queue_lacks_room(store: Store) -> N
         queues.push_many(session, [PushRequest(queue="boefje-acme", priority=1, data={}, task_id=taken)], NOW)
 
 
+def test_a_twin_queued_after_the_batch_looked_is_reprioritised_as_a_single_push_would(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another transaction may queue a twin between the batch's read and its insert: the insert skips
+    that row and its request is pushed on its own, which finds the twin."""
+    with store.session() as session:
+        create_organisation(session, "acme", "Acme", maxsize=0)
+    push(store, "boefje-acme", 5, "twin")
+    monkeypatch.setattr(queues.BatchPush, "_read_twins", lambda self: None)  # as if it came after the read
+    with store.session() as session:
+        results = queues.push_many(session, [request(1, "twin"), request(2, "new")], NOW)
+    assert [(result.outcome, result.task["priority"]) for result in results] == [("updated", 1), ("created", 2)]
+    with store.session() as session:
+        assert queues.recount(session, "boefje-acme") == (2, 0)
+        assert queues.queue_counts(session, "boefje-acme")["boefje-acme"] == (2, 0)
+
+
 # -- schedulers ---------------------------------------------------------------------------------------
 
 
