@@ -156,7 +156,6 @@ class _BatchTask:
     priority: int
     fair_key: int
     new_row: dict[str, Any] | None = None  # to be inserted; None: in the database
-    moved: bool = False  # in the database, with a priority (and `modified_at`) it has yet to be given
     requests: list[int] = field(default_factory=list)  # the requests that created or reprioritised it
     row: dict[str, Any] | None = None  # as the database last answered
 
@@ -317,12 +316,9 @@ class BatchPush:
         skipped: list[_BatchTask] = []
         for task in tasks:
             task.new_row = None
-            mapping = answered.get(task.id)
-            if mapping is None:
+            task.row = answered.get(task.id)
+            if task.row is None:
                 skipped.append(task)
-                continue
-            mapping.pop("fair_key")
-            task.row = mapping
         for task in skipped:
             self._push_one_by_one(task)
 

@@ -377,7 +377,7 @@ def insert_tasks(dialect: Dialect) -> Any:
     multi-row VALUES). A row that hits any unique key (a twin queued meanwhile by another
     transaction, a task id taken) is skipped, not an error: the caller finds it missing from the answer."""
     insert = postgresql.insert(TASKS) if dialect == "postgresql" else sqlite.insert(TASKS)
-    return insert.on_conflict_do_nothing().returning(*task_columns(), TASKS.c.fair_key)
+    return insert.on_conflict_do_nothing().returning(*task_columns())
 
 
 @cache
