@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from baton.core.errors import ConflictError, NotFoundError, QueueDisabledError, QueueFullError
+from baton.core.errors import ConflictError, FencedError, NotFoundError, QueueDisabledError, QueueFullError
 from baton.core.model import SchedulerSpec, TaskStatus
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
@@ -146,6 +146,23 @@ def test_push_many_is_refused_whole_when_the_queue_lacks_room(store: Store) -> N
         taken = session.scalars(select(Task.id).where(Task.hash == "twin")).one()
     with pytest.raises(ConflictError), store.session() as session:
         queues.push_many(session, [PushRequest(queue="boefje-acme", priority=1, data={}, task_id=taken)], NOW)
+
+
+def test_a_twin_queued_after_the_batch_looked_is_reprioritised_as_a_single_push_would(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another transaction may queue a twin between the batch's read and its insert: the insert skips
+    that row and its request is pushed on its own, which finds the twin."""
+    with store.session() as session:
+        create_organisation(session, "acme", "Acme", maxsize=0)
+    push(store, "boefje-acme", 5, "twin")
+    monkeypatch.setattr(queues.BatchPush, "_read_twins", lambda self: None)  # as if it came after the read
+    with store.session() as session:
+        results = queues.push_many(session, [request(1, "twin"), request(2, "new")], NOW)
+    assert [(result.outcome, result.task["priority"]) for result in results] == [("updated", 1), ("created", 2)]
+    with store.session() as session:
+        assert queues.recount(session, "boefje-acme") == (2, 0)
+        assert queues.queue_counts(session, "boefje-acme")["boefje-acme"] == (2, 0)
 
 
 # -- schedulers ---------------------------------------------------------------------------------------
@@ -308,3 +325,20 @@ def test_a_full_queue_mid_batch_defers_the_rest_of_the_batch(orgs: Store) -> Non
             pass
     assert len(made_tasks(orgs, made.id)) == 8
     assert made.events_handled == 5
+
+
+def test_a_batch_from_a_source_that_writes_nothing_is_fenced_after_a_takeover(orgs: Store) -> None:
+    """The batch's writes are its tasks alone (a RabbitMQ delivery settles nothing in the database):
+    the bulk insert itself runs the fencing check, so nothing commits and the events go back."""
+    made = scheduler(NormalizerScheduler, orgs, "batch", batch_size=100)
+    assert made.tick() == 0  # claims the row; nothing to write
+    with orgs.session() as session:
+        session.execute(update(Scheduler).where(Scheduler.id == made.id).values(term=Scheduler.term + 1))
+    source = made.source
+    assert isinstance(source, InProcessSource)
+    for n in range(3):
+        source.put(raw_file(f"raw-{n}", "boefje/dns"))
+    with pytest.raises(FencedError, match="no longer ours"):
+        made.tick()
+    assert made_tasks(orgs, made.id) == []
+    assert len(source.receive(None, 100)) == 3  # type: ignore[arg-type]  # given back by the nacks

@@ -45,6 +45,7 @@ from sqlalchemy import (
     Update,
     and_,
     bindparam,
+    case,
     cast,
     exists,
     false,
@@ -253,6 +254,7 @@ INSERTED_COLUMNS = [
 ]
 
 
+@cache
 def push_postgresql(on_duplicate: OnDuplicate = "reprioritise", raw_data: bool = False) -> Select[Any]:
     """Push as one PostgreSQL statement: dedup, maxsize, fair tag and insert in one round trip.
 
@@ -299,11 +301,13 @@ def push_postgresql(on_duplicate: OnDuplicate = "reprioritise", raw_data: bool =
     return select(queue.c.enabled, queue.c.maxsize, queue.c.queued, task).select_from(queue.outerjoin(task, true()))
 
 
+@cache
 def queue_for_push() -> Select[Any]:
     """SQLite, step 1: the queue's settings and counts (also says whether it exists)."""
     return _queue_row()
 
 
+@cache
 def reprioritise_twin(raw_data: bool = False) -> Update:
     """SQLite, step 2: a queued task with this hash gets the new priority (no twin is created)."""
     return (
@@ -314,12 +318,14 @@ def reprioritise_twin(raw_data: bool = False) -> Update:
     )
 
 
+@cache
 def queued_twin(raw_data: bool = False) -> Select[Any]:
     return select(*task_columns(raw_data)).where(
         Task.scheduler_id == bindparam("queue_"), Task.hash == bindparam("hash_"), IS_QUEUED
     )
 
 
+@cache
 def insert_task(raw_data: bool = False) -> Any:
     """SQLite, step 3: the new task, its fair tag computed in the same statement."""
     queue = _queue_row().subquery("queue")
@@ -329,6 +335,64 @@ def insert_task(raw_data: bool = False) -> Any:
         sqlite.insert(TASKS)
         .from_select([column.key for column in INSERTED_COLUMNS], values)
         .returning(*task_columns(raw_data))
+    )
+
+
+# -- bulk push (one queue, many tasks: storage/queues.py `push_many`) -------------------------------------
+#
+# The fair tags are computed in Python from what these read (the queue's clock and backlog, the heads of
+# the batch's priorities, the queued twins of its hashes), then one insert and one update write the batch.
+
+
+@cache
+def queued_twins() -> Select[Any]:
+    """The queue's queued tasks with one of `:hashes_` (a list): the tasks a push may reprioritise."""
+    return select(*task_columns(), Task.fair_key).where(
+        Task.scheduler_id == bindparam("queue_"),
+        Task.hash.in_(bindparam("hashes_", expanding=True)),
+        IS_QUEUED,
+    )
+
+
+@cache
+def head_tags(priorities: int) -> Any:
+    """(priority, head) for `:priority_0_` .. `:priority_{n-1}_` at `:type_`: one index probe each
+    (a GROUP BY would read every queued task of those priorities)."""
+    heads = [
+        select(
+            bindparam(f"priority_{n}_", type_=Task.priority.type).label("priority"),
+            select(func.min(Task.fair_key))
+            .where(IS_QUEUED, Task.type == bindparam("type_"), Task.priority == bindparam(f"priority_{n}_"))
+            .scalar_subquery()
+            .label("head"),
+        )
+        for n in range(priorities)
+    ]
+    return heads[0] if priorities == 1 else union_all(*heads)
+
+
+@cache
+def insert_tasks(dialect: Dialect) -> Any:
+    """New tasks with their tags, run with one parameter set per task (SQLAlchemy sends them as
+    multi-row VALUES). A row that hits any unique key (a twin queued meanwhile by another
+    transaction, a task id taken) is skipped, not an error: the caller finds it missing from the answer."""
+    insert = postgresql.insert(TASKS) if dialect == "postgresql" else sqlite.insert(TASKS)
+    return insert.on_conflict_do_nothing().returning(*task_columns())
+
+
+@cache
+def reprioritise_tasks(count: int) -> Update:
+    """Tasks `:id_0_` .. get `:priority_0_` ..; every one gets `modified_at` = `:now_`."""
+    ids = [bindparam(f"id_{n}_", type_=Task.id.type) for n in range(count)]
+    priority = case(
+        *((Task.id == ids[n], bindparam(f"priority_{n}_", type_=Task.priority.type)) for n in range(count)),
+        else_=Task.priority,
+    )
+    return (
+        update(TASKS)
+        .where(Task.id.in_(ids))
+        .values(priority=priority, modified_at=bindparam("now_", type_=Task.modified_at.type))
+        .returning(*task_columns())
     )
 
 
