@@ -2,15 +2,23 @@
 
 Each HTTP dialect only translates paths and bodies; the rules live here or below: the size limit
 on `data`, where a pop looks (one queue, or every queue of a type in fair or strict order), the
-caps of organisations with `max_in_flight`, and the metrics every pop and push feeds.
+caps of organisations with `max_in_flight`, the metrics every pop and push feeds, and long-poll.
+
+Long-poll (`pop_waiting`): a pop that finds nothing may wait for a task. It registers as a waiter
+first and pops again, so a task queued in between is not missed; then it sleeps until a wake-up
+names its queue (or its type), and pops again: the same pop statement, so no task is handed out
+twice. Wake-ups come from the database (storage/wakeups.py) and, for this process's own pushes and
+hand-backs, from here. A wake-up wakes every waiter of that queue and type; those that find nothing
+sleep again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,7 +26,7 @@ from typing import Any
 import orjson
 from sqlalchemy.orm import Session
 
-from baton.core.errors import NotFoundError, PayloadTooLargeError
+from baton.core.errors import BatonError, NotFoundError, PayloadTooLargeError
 from baton.core.filters import FilterTree
 from baton.core.model import SchedulerType, TaskStatus, utcnow
 from baton.core.settings import Settings
@@ -31,6 +39,7 @@ from baton.storage.queues import PushRequest, PushResult
 from baton.storage.schedulers import get_scheduler, list_schedulers
 from baton.storage.statements import PopTarget
 from baton.storage.tasks import RECORD_COLUMNS, find_task
+from baton.storage.wakeups import Wakeups, wakeups_for
 
 CAPS_REFRESH_SECONDS = 2.0
 SCHEDULER_TYPES = frozenset(kind.value for kind in SchedulerType)
@@ -53,14 +62,107 @@ def check_data_size(data: object, limit: int) -> None:
         raise PayloadTooLargeError(f"data: {size} bytes exceeds the limit of {limit} bytes")
 
 
+class TooManyWaitersError(BatonError):
+    """The process holds as many waiting pops as it may (BATON_POP_MAX_WAITERS): answered 429."""
+
+
+def waiter_keys(target: PopTarget) -> tuple[str, ...]:
+    return (f"queue:{target.queue}",) if target.queue is not None else (f"type:{target.type}",)
+
+
+def queued_keys(queue_id: str) -> tuple[str, ...]:
+    """The waiters a task queued in `queue_id` may satisfy: that queue's and its type's."""
+    task_type = queue_id.partition("-")[0]
+    return (f"queue:{queue_id}", f"type:{task_type}") if task_type in SCHEDULER_TYPES else (f"queue:{queue_id}",)
+
+
+class Waiters:
+    """The pops waiting in this process, by what they wait for; a bounded number."""
+
+    def __init__(self, limit: int, gauge: Any) -> None:
+        self.limit = limit
+        self._gauge = gauge
+        self._by_key: dict[str, set[asyncio.Event]] = {}
+        self.count = 0
+        self.closed = False  # the server is stopping: nobody waits any more
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.limit
+
+    @contextlib.contextmanager
+    def waiting(self, keys: tuple[str, ...]) -> Iterator[asyncio.Event]:
+        woken = asyncio.Event()
+        for key in keys:
+            self._by_key.setdefault(key, set()).add(woken)
+        self._counted(+1)
+        try:
+            yield woken
+        finally:
+            self._counted(-1)
+            for key in keys:
+                found = self._by_key.get(key)
+                if found is not None:
+                    found.discard(woken)
+                    if not found:
+                        del self._by_key[key]
+
+    def _counted(self, change: int) -> None:
+        self.count += change
+        self._gauge.set(self.count)
+
+    def wake(self, queue_id: str) -> None:
+        for key in queued_keys(queue_id):
+            for woken in self._by_key.get(key, ()):
+                woken.set()
+
+    def wake_all(self) -> None:
+        for found in self._by_key.values():
+            for woken in found:
+                woken.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake_all()
+
+
+async def sleep_until(woken: asyncio.Event, gone: asyncio.Event | None, timeout: float) -> None:
+    """Until a wake-up, the client leaving, or `timeout` seconds."""
+    waits = [asyncio.ensure_future(woken.wait())]
+    if gone is not None:
+        waits.append(asyncio.ensure_future(gone.wait()))
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
 class QueueService:
-    def __init__(self, store: Store, settings: Settings, executor: QueueExecutor, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        executor: QueueExecutor,
+        metrics: Metrics,
+        wakeups: Wakeups | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.executor = executor
         self.metrics = metrics
         self._caps_known_at = float("-inf")
         self._caps = False
+        self.waiters = Waiters(settings.pop_max_waiters, metrics.pop_waiters)
+        self.wakeups = wakeups or wakeups_for(store, settings.pop_recheck_seconds)
+
+    def start(self) -> None:
+        """Start listening for queued tasks (on the server's event loop)."""
+        self.wakeups.start(self.waiters.wake, self.waiters.wake_all)
+
+    def stop_waiting(self) -> None:
+        """The server is stopping: waiting pops answer now (empty), new ones do not wait."""
+        self.waiters.close()
 
     # -- the hot path ------------------------------------------------------------------------------
     def target(self, queue: str | None = None, task_type: str | None = None) -> PopTarget:
@@ -90,6 +192,44 @@ class QueueService:
         self._count_pops(tasks, now)
         return tasks
 
+    async def pop_waiting(
+        self,
+        target: PopTarget,
+        limit: int = 1,
+        tree: FilterTree | None = None,
+        *,
+        wait: float,
+        gone: asyncio.Event | None = None,
+    ) -> list[dict[str, Any]]:
+        """`pop`, but with nothing to hand out wait up to `wait` seconds for a task (a long-poll);
+        [] when none came, the client left (`gone`) or the server is stopping.
+
+        Raises TooManyWaitersError when it would wait and the process holds its limit of waiters."""
+        if wait <= 0 or self.waiters.closed:
+            return await self.pop(target, limit, tree)
+        if self.waiters.full:
+            tasks = await self.pop(target, limit, tree)
+            if tasks:
+                return tasks
+            raise TooManyWaitersError(
+                f"wait: this server already holds {self.waiters.limit} waiting pops (BATON_POP_MAX_WAITERS); "
+                "pop again later, or without `wait`"
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        with self.waiters.waiting(waiter_keys(target)) as woken:
+            while True:
+                woken.clear()  # before the pop: a wake-up during the pop makes it look again
+                tasks = await self.pop(target, limit, tree)
+                remaining = deadline - loop.time()
+                if tasks or remaining <= 0 or self.waiters.closed:
+                    return tasks
+                if not self.wakeups.live:
+                    remaining = min(remaining, self.settings.pop_recheck_seconds)
+                await sleep_until(woken, gone, remaining)
+                if gone is not None and gone.is_set():
+                    return []  # before popping: nobody would receive the task
+
     def _count_pops(self, tasks: Sequence[dict[str, Any]], now: datetime) -> None:
         for task in tasks:
             pops, dwell = self.metrics.per_queue(task["scheduler_id"], task["organisation"], task["type"])
@@ -100,10 +240,21 @@ class QueueService:
         check_data_size(request.data, self.settings.max_data_bytes)
         result = await self.executor.push(request, utcnow())
         self.metrics.pushes.labels(request.queue, "created" if result.created else "deduplicated").inc()
+        if result.created:
+            self._queued_here(request.queue)
         return result
 
     async def change_status(self, task_id: uuid.UUID, status: TaskStatus) -> dict[str, Any]:
-        return await self.executor.change_status(task_id, status, utcnow())
+        task = await self.executor.change_status(task_id, status, utcnow())
+        if status is TaskStatus.QUEUED:
+            self._queued_here(task["scheduler_id"])
+        return task
+
+    def _queued_here(self, queue_id: str) -> None:
+        """A task this process queued wakes its waiters at once when no notification will (SQLite);
+        PostgreSQL's notification comes for every writer alike."""
+        if not self.store.is_postgresql and self.waiters.count:
+            self.waiters.wake(queue_id)
 
     async def ensure_organisation(self, organisation: str) -> bool:
         """Create the organisation and its queues if missing; True when it exists afterwards."""
@@ -147,4 +298,6 @@ class QueueService:
         return QueueView(row.id, row.organisation, row.type, queued, in_flight, row.maxsize, row.enabled)
 
     async def close(self) -> None:
+        self.waiters.close()
+        await self.wakeups.close()
         await self.executor.close()
