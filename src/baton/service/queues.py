@@ -8,8 +8,8 @@ Long-poll (`pop_waiting`): a pop that finds nothing may wait for a task. It regi
 first and pops again, so a task queued in between is not missed; then it sleeps until a wake-up
 names its queue (or its type), and pops again: the same pop statement, so no task is handed out
 twice. Wake-ups come from the database (storage/wakeups.py) and, for this process's own pushes and
-hand-backs, from here. A wake-up wakes every waiter of that queue and type; those that find nothing
-sleep again.
+hand-backs, from here; each wakes one waiter of the queue and one of its type, which pass it on
+while they find tasks (see `Waiters`).
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ class TooManyWaitersError(BatonError):
     """The process holds as many waiting pops as it may (BATON_POP_MAX_WAITERS): answered 429."""
 
 
-def waiter_keys(target: PopTarget) -> tuple[str, ...]:
-    return (f"queue:{target.queue}",) if target.queue is not None else (f"type:{target.type}",)
+def waiter_key(target: PopTarget) -> str:
+    return f"queue:{target.queue}" if target.queue is not None else f"type:{target.type}"
 
 
 def queued_keys(queue_id: str) -> tuple[str, ...]:
@@ -76,13 +76,26 @@ def queued_keys(queue_id: str) -> tuple[str, ...]:
     return (f"queue:{queue_id}", f"type:{task_type}") if task_type in SCHEDULER_TYPES else (f"queue:{queue_id}",)
 
 
+class Waiter:
+    def __init__(self, filtered: bool) -> None:
+        self.woken = asyncio.Event()
+        self.filtered = filtered  # it may not want what others would take: always woken
+        self.passes_on = False  # leaving, it wakes the next waiter: more may be queued
+
+
 class Waiters:
-    """The pops waiting in this process, by what they wait for; a bounded number."""
+    """The pops waiting in this process, by what they wait for; a bounded number.
+
+    A wake-up wakes one waiter per queue and type (the longest waiting), not all of them: a push of
+    one task to a queue with 500 idle runners costs one pop, not 500. The woken waiter passes the
+    wake-up on when it got a task (more may be queued), when it failed or left without looking, but
+    not when it found nothing. Waiters with a filter are always woken: they may not take what others
+    would."""
 
     def __init__(self, limit: int, gauge: Any) -> None:
         self.limit = limit
         self._gauge = gauge
-        self._by_key: dict[str, set[asyncio.Event]] = {}
+        self._by_key: dict[str, dict[Waiter, None]] = {}  # insertion order: the longest waiting first
         self.count = 0
         self.closed = False  # the server is stopping: nobody waits any more
 
@@ -91,39 +104,50 @@ class Waiters:
         return self.count >= self.limit
 
     @contextlib.contextmanager
-    def waiting(self, keys: tuple[str, ...]) -> Iterator[asyncio.Event]:
-        woken = asyncio.Event()
-        for key in keys:
-            self._by_key.setdefault(key, set()).add(woken)
+    def waiting(self, key: str, filtered: bool = False) -> Iterator[Waiter]:
+        waiter = Waiter(filtered)
+        self._by_key.setdefault(key, {})[waiter] = None
         self._counted(+1)
         try:
-            yield woken
+            yield waiter
         finally:
             self._counted(-1)
-            for key in keys:
-                found = self._by_key.get(key)
-                if found is not None:
-                    found.discard(woken)
-                    if not found:
-                        del self._by_key[key]
+            others = self._by_key.get(key)
+            if others is not None:
+                others.pop(waiter, None)
+                if not others:
+                    del self._by_key[key]
+            if waiter.passes_on or waiter.woken.is_set():  # a wake-up it did not use goes to another
+                self._wake_one(key)
 
     def _counted(self, change: int) -> None:
         self.count += change
         self._gauge.set(self.count)
 
+    def _wake_one(self, key: str) -> None:
+        woke = False
+        for waiter in self._by_key.get(key, ()):
+            if waiter.filtered:
+                waiter.woken.set()
+            elif not woke:
+                woke = True
+                if not waiter.woken.is_set():
+                    waiter.woken.set()
+
     def wake(self, queue_id: str) -> None:
         for key in queued_keys(queue_id):
-            for woken in self._by_key.get(key, ()):
-                woken.set()
+            self._wake_one(key)
 
     def wake_all(self) -> None:
-        for found in self._by_key.values():
-            for woken in found:
-                woken.set()
+        """Something may be queued, nobody knows where: one waiter of each queue and type looks."""
+        for key in list(self._by_key):
+            self._wake_one(key)
 
     def close(self) -> None:
         self.closed = True
-        self.wake_all()
+        for waiters in self._by_key.values():
+            for waiter in waiters:
+                waiter.woken.set()
 
 
 async def sleep_until(woken: asyncio.Event, gone: asyncio.Event | None, timeout: float) -> None:
@@ -217,16 +241,18 @@ class QueueService:
             )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        with self.waiters.waiting(waiter_keys(target)) as woken:
+        with self.waiters.waiting(waiter_key(target), filtered=tree is not None) as waiter:
             while True:
-                woken.clear()  # before the pop: a wake-up during the pop makes it look again
+                waiter.woken.clear()  # before the pop: a wake-up during the pop makes it look again
+                waiter.passes_on = True  # should the pop fail, another waiter looks instead
                 tasks = await self.pop(target, limit, tree)
+                waiter.passes_on = bool(tasks)
                 remaining = deadline - loop.time()
                 if tasks or remaining <= 0 or self.waiters.closed:
                     return tasks
                 if not self.wakeups.live:
                     remaining = min(remaining, self.settings.pop_recheck_seconds)
-                await sleep_until(woken, gone, remaining)
+                await sleep_until(waiter.woken, gone, remaining)
                 if gone is not None and gone.is_set():
                     return []  # before popping: nobody would receive the task
 
@@ -240,20 +266,20 @@ class QueueService:
         check_data_size(request.data, self.settings.max_data_bytes)
         result = await self.executor.push(request, utcnow())
         self.metrics.pushes.labels(request.queue, "created" if result.created else "deduplicated").inc()
-        if result.created:
+        if result.created and self.waiters.count:
             self._queued_here(request.queue)
         return result
 
     async def change_status(self, task_id: uuid.UUID, status: TaskStatus) -> dict[str, Any]:
         task = await self.executor.change_status(task_id, status, utcnow())
-        if status is TaskStatus.QUEUED:
+        if status is TaskStatus.QUEUED and self.waiters.count:
             self._queued_here(task["scheduler_id"])
         return task
 
     def _queued_here(self, queue_id: str) -> None:
         """A task this process queued wakes its waiters at once when no notification will (SQLite);
         PostgreSQL's notification comes for every writer alike."""
-        if not self.store.is_postgresql and self.waiters.count:
+        if not self.store.is_postgresql:
             self.waiters.wake(queue_id)
 
     async def ensure_organisation(self, organisation: str) -> bool:

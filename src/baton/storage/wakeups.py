@@ -114,7 +114,7 @@ class QueuedListener(_Background):
 
 
 class ChangeWatcher(_Background):
-    """SQLite: wakes every waiter when the file changed since the last look (`PRAGMA data_version`)."""
+    """SQLite: says "anything" when the file changed since the last look (`PRAGMA data_version`)."""
 
     def __init__(self, store: Store, interval: float) -> None:
         super().__init__()
