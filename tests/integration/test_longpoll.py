@@ -110,6 +110,20 @@ def test_a_task_handed_back_by_another_process_wakes_a_waiting_pop(acme: Store) 
     assert task["id"] == str(pushed.task["id"]) and task["status"] == "dispatched"
 
 
+def test_a_finished_task_freeing_an_organisations_cap_reaches_a_waiting_pop(store: Store) -> None:
+    """No notification says a cap freed up: waiting pops of a type look again every recheck interval."""
+    add_organisation(store, "capped", maxsize=0, max_in_flight=1)
+    first, second = push(store, "boefje-capped", data={"n": 1}), push(store, "boefje-capped", data={"n": 2})
+    assert pop(store, task_type="boefje")[0]["id"] == first.task["id"]
+    assert pop(store, task_type="boefje", caps=True) == []  # the cap holds the second back
+    with api_replicas(store.url, 1, QUICK_RECHECK) as urls, background() as pool:
+        waiting = waiting_pop(pool, urls[0], "/schedulers/boefje/pop")
+        await_waiters(urls[0], 1)
+        finish(store, first.task["id"])
+        results = answer(waiting)["results"]
+    assert [task["id"] for task in results] == [str(second.task["id"])]
+
+
 def test_a_wait_that_runs_out_gets_the_empty_answer(server: str) -> None:
     assert httpx.post(f"{server}/queues/{QUEUE}/pop", params={"wait": 0.2}).json() is None
     assert httpx.post(f"{server}/schedulers/boefje/pop", params={"wait": 0.2, "limit": 5}).json() == {"results": []}

@@ -250,7 +250,8 @@ class QueueService:
                 remaining = deadline - loop.time()
                 if tasks or remaining <= 0 or self.waiters.closed:
                     return tasks
-                if not self.wakeups.live:
+                if not self.wakeups.live or (target.type is not None and self._caps):
+                    # No wake-up announces a finished task freeing an organisation's max_in_flight.
                     remaining = min(remaining, self.settings.pop_recheck_seconds)
                 await sleep_until(waiter.woken, gone, remaining)
                 if gone is not None and gone.is_set():
