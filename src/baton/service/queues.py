@@ -87,7 +87,7 @@ class Waiters:
     """The pops waiting in this process, by what they wait for; a bounded number.
 
     A wake-up wakes one waiter per queue and type (the longest waiting), not all of them: a push of
-    one task to a queue with 500 idle runners costs one pop, not 500. The woken waiter passes the
+    one task to a queue with 500 idle runners costs two pops, not 500. The woken waiter passes the
     wake-up on when it got a task (more may be queued), when it failed or left without looking, but
     not when it found nothing. Waiters with a filter are always woken: they may not take what others
     would."""
