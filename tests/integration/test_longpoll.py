@@ -259,4 +259,5 @@ def test_the_wait_parameter_is_documented(client: TestClient) -> None:
     for path in ("/queues/{queue_id}/pop", "/schedulers/{scheduler}/pop"):
         (wait,) = [p for p in paths[path]["post"]["parameters"] if p["name"] == "wait"]
         assert "BATON_POP_MAX_WAIT_SECONDS" in wait["description"] and wait["in"] == "query"
+        assert wait["schema"]["minimum"] == 0 and wait["schema"]["maximum"] == 30  # the setting's default
         assert "429" in paths[path]["post"]["responses"]

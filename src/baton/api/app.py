@@ -21,6 +21,7 @@ from baton import __version__
 from baton.api import events, openkat, organisations, plugins, queues, reports, schedulers, schedules, security, tasks
 from baton.api.deps import MetricsDep, Responses, StoreDep
 from baton.api.errors import install_error_handlers
+from baton.api.longpoll import document_wait_maximum
 from baton.api.middleware import RequestContextMiddleware
 from baton.api.schemas import IGNORES_UNKNOWN_QUERY_PARAMETERS, ErrorOut
 from baton.core.settings import Settings
@@ -181,6 +182,7 @@ def create_app(
     app.state.token_cache = TokenCache()
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
+    document_wait_maximum(app, settings.pop_max_wait_seconds)
 
     @app.get("/health", tags=["health"])
     def health() -> dict[str, Any]:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 from typing import Annotated, Any
 
-from fastapi import Query, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 
 from baton.api.schemas import ErrorOut
@@ -28,6 +28,22 @@ Wait = Annotated[float, Query(ge=0, allow_inf_nan=False, description=WAIT_DESCRI
 TOO_MANY_WAITERS: dict[int | str, dict[str, Any]] = {
     429: {"model": ErrorOut, "description": "Nothing queued, and the server holds its limit of waiting pops"}
 }
+
+
+def document_wait_maximum(app: FastAPI, maximum: float) -> None:
+    """Put this server's BATON_POP_MAX_WAIT_SECONDS into the OpenAPI schema as `wait`'s maximum (the
+    routes are declared before settings are known, so the schema is amended when first built)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            for operation in (op for path in build()["paths"].values() for op in path.values()):
+                for parameter in operation.get("parameters", ()):
+                    if parameter["name"] == "wait" and parameter["in"] == "query":
+                        parameter["schema"]["maximum"] = maximum
+        return app.openapi_schema or build()
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def check_wait(wait: float, queues: QueueService) -> None:
