@@ -115,3 +115,13 @@ def test_wake_all_wakes_one_per_queue_and_type() -> None:
             assert woken([a1, a2, x]) == [True, False, True]
 
     run(body)
+
+
+def test_when_announcements_stop_every_waiter_looks_for_itself() -> None:
+    def body() -> None:
+        waiters = Waiters(limit=10, gauge=Gauge())
+        with waiters.waiting("queue:a") as a1, waiters.waiting("queue:a") as a2, waiters.waiting("type:x") as x:
+            waiters.wake_everyone()
+            assert woken([a1, a2, x]) == [True, True, True] and not waiters.closed
+
+    run(body)

@@ -143,11 +143,15 @@ class Waiters:
         for key in list(self._by_key):
             self._wake_one(key)
 
-    def close(self) -> None:
-        self.closed = True
+    def wake_everyone(self) -> None:
+        """Every waiter looks (and decides afresh how long to sleep)."""
         for waiters in self._by_key.values():
             for waiter in waiters:
                 waiter.woken.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake_everyone()
 
 
 async def sleep_until(woken: asyncio.Event, gone: asyncio.Event | None, timeout: float) -> None:
@@ -182,7 +186,7 @@ class QueueService:
 
     def start(self) -> None:
         """Start listening for queued tasks (on the server's event loop)."""
-        self.wakeups.start(self.waiters.wake, self.waiters.wake_all)
+        self.wakeups.start(self.waiters.wake, self.waiters.wake_all, self.waiters.wake_everyone)
 
     def stop_waiting(self) -> None:
         """The server is stopping: waiting pops answer now (empty), new ones do not wait."""

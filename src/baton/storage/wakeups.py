@@ -8,8 +8,9 @@
   interval, a number that changes when any other connection (another process included) commits:
   one cheap query per interval per process, however many pops wait.
 
-Either calls `on_queued(queue_id)` for a queue that may have work, and `on_anything()` when it cannot
-tell which (a change on SQLite; a reconnect, which may have missed notifications).
+Either calls `on_queued(queue_id)` for a queue that may have work, `on_anything()` when it cannot
+tell which (a change on SQLite; a reconnect, which may have missed notifications), and `on_lost()`
+when announcements stop (`live` turned False: every waiter must start looking for itself).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ APPLICATION_NAME = "baton wake-ups"  # how the connection shows in pg_stat_activ
 
 OnQueued = Callable[[str], None]
 OnAnything = Callable[[], None]
+OnLost = Callable[[], None]
 
 
 class Wakeups(Protocol):
@@ -45,7 +47,7 @@ class Wakeups(Protocol):
         """True while every newly queued task is announced; else waiters must look for themselves."""
         ...
 
-    def start(self, on_queued: OnQueued, on_anything: OnAnything) -> None: ...
+    def start(self, on_queued: OnQueued, on_anything: OnAnything, on_lost: OnLost) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -79,18 +81,19 @@ class QueuedListener(_Background):
     def live(self) -> bool:
         return self._live
 
-    def start(self, on_queued: OnQueued, on_anything: OnAnything) -> None:
-        self._launch(self._run(on_queued, on_anything))
+    def start(self, on_queued: OnQueued, on_anything: OnAnything, on_lost: OnLost) -> None:
+        self._launch(self._run(on_queued, on_anything, on_lost))
 
-    async def _run(self, on_queued: OnQueued, on_anything: OnAnything) -> None:
+    async def _run(self, on_queued: OnQueued, on_anything: OnAnything, on_lost: OnLost) -> None:
         backoff = fresh(RECONNECT)
         while True:
             try:
                 await self._listen(on_queued, on_anything, backoff)
             except (psycopg.Error, OSError) as exc:
                 log.warning("cannot listen for queued tasks; waiting pops look every few seconds", error=str(exc))
-            self._live = False
-            on_anything()  # waiters sleeping until a notification now look for themselves
+            if self._live:
+                self._live = False
+                on_lost()  # waiters sleeping until a notification now look for themselves
             await asyncio.sleep(backoff.next())
 
     async def _listen(self, on_queued: OnQueued, on_anything: OnAnything, backoff: Backoff) -> None:
@@ -126,7 +129,7 @@ class ChangeWatcher(_Background):
     def live(self) -> bool:
         return True  # it looks every interval itself: waiters need not
 
-    def start(self, on_queued: OnQueued, on_anything: OnAnything) -> None:
+    def start(self, on_queued: OnQueued, on_anything: OnAnything, on_lost: OnLost) -> None:
         self._launch(self._run(on_anything))
 
     def _data_version(self) -> int | None:
