@@ -199,6 +199,7 @@ def test_waiting_pops_survive_a_lost_listen_connection(pg_store: Store) -> None:
     with api_replicas(pg_store.url, 1, env) as urls, background() as pool:
         waiting = waiting_pop(pool, urls[0])
         await_waiters(urls[0], 1)
+        assert wait_until(lambda: listening(pg_store) == 1, timeout=SETTLE)
         with psycopg.connect(libpq_conninfo(pg_store.url), autocommit=True) as admin:
             killed = admin.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
@@ -207,6 +208,29 @@ def test_waiting_pops_survive_a_lost_listen_connection(pg_store: Store) -> None:
         assert killed == (1,)
         pushed = push(pg_store, QUEUE, data={"n": 1})
         assert answer(waiting)["id"] == str(pushed.task["id"])
+
+
+def listening(store: Store) -> int:
+    """The LISTEN connections of API processes on the test server."""
+    with psycopg.connect(libpq_conninfo(store.url), autocommit=True) as admin:
+        found = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (APPLICATION_NAME,)
+        ).fetchone()
+    return int(found[0]) if found else 0
+
+
+def test_a_server_listens_only_while_pops_wait(pg_store: Store) -> None:
+    """Without waiters no notification reaches the API process: pushes then cost it nothing extra."""
+    add_organisation(pg_store, "acme", maxsize=0)
+    with api_replicas(pg_store.url, 1, NO_RECHECK) as urls, background() as pool:
+        httpx.post(f"{urls[0]}/queues/{QUEUE}/pop").raise_for_status()
+        assert listening(pg_store) == 0
+        waiting = waiting_pop(pool, urls[0])
+        await_waiters(urls[0], 1)
+        assert wait_until(lambda: listening(pg_store) == 1, timeout=SETTLE)
+        push(pg_store, QUEUE, data={"n": 1})
+        assert answer(waiting)["status"] == "dispatched"
+        assert wait_until(lambda: listening(pg_store) == 0, timeout=SETTLE)  # closed when idle (about 20 s)
 
 
 def test_a_stopping_server_answers_its_waiting_pops_at_once(acme: Store) -> None:

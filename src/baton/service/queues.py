@@ -4,8 +4,9 @@ Each HTTP dialect only translates paths and bodies; the rules live here or below
 on `data`, where a pop looks (one queue, or every queue of a type in fair or strict order), the
 caps of organisations with `max_in_flight`, the metrics every pop and push feeds, and long-poll.
 
-Long-poll (`pop_waiting`): a pop that finds nothing may wait for a task. It registers as a waiter
-first and pops again, so a task queued in between is not missed; then it sleeps until a wake-up
+Long-poll (`pop_waiting`): a pop that finds nothing may wait for a task. It registers as a waiter,
+makes sure queued tasks are announced from then on, and pops again, so a task queued in between is
+not missed; then it sleeps until a wake-up
 names its queue (or its type), and pops again: the same pop statement, so no task is handed out
 twice. Wake-ups come from the database (storage/wakeups.py) and, for this process's own pushes and
 hand-backs, from here; each wakes one waiter of the queue and one of its type, which pass it on
@@ -186,7 +187,9 @@ class QueueService:
 
     def start(self) -> None:
         """Start listening for queued tasks (on the server's event loop)."""
-        self.wakeups.start(self.waiters.wake, self.waiters.wake_all, self.waiters.wake_everyone)
+        self.wakeups.start(
+            self.waiters.wake, self.waiters.wake_all, self.waiters.wake_everyone, lambda: self.waiters.count > 0
+        )
 
     def stop_waiting(self) -> None:
         """The server is stopping: waiting pops answer now (empty), new ones do not wait."""
@@ -233,12 +236,10 @@ class QueueService:
         [] when none came, the client left (`gone`) or the server is stopping.
 
         Raises TooManyWaitersError when it would wait and the process holds its limit of waiters."""
-        if wait <= 0 or self.waiters.closed:
-            return await self.pop(target, limit, tree)
+        tasks = await self.pop(target, limit, tree)
+        if tasks or wait <= 0 or self.waiters.closed:
+            return tasks
         if self.waiters.full:
-            tasks = await self.pop(target, limit, tree)
-            if tasks:
-                return tasks
             raise TooManyWaitersError(
                 f"wait: this server already holds {self.waiters.limit} waiting pops (BATON_POP_MAX_WAITERS); "
                 "pop again later, or without `wait`"
@@ -247,6 +248,7 @@ class QueueService:
         deadline = loop.time() + wait
         with self.waiters.waiting(waiter_key(target), filtered=tree is not None) as waiter:
             while True:
+                await self.wakeups.watch()  # from here on a queued task is announced (or `live` is False)
                 waiter.woken.clear()  # before the pop: a wake-up during the pop makes it look again
                 waiter.passes_on = True  # should the pop fail, another waiter looks instead
                 tasks = await self.pop(target, limit, tree)
