@@ -129,7 +129,7 @@ class QueuedListener(_Background):
             try:
                 await self._listen(on_queued, on_anything, has_waiters, backoff)
                 continue  # closed for want of waiters
-            except (psycopg.Error, OSError) as exc:
+            except Exception as exc:  # whatever it was, this task must not die: waiters rely on it
                 log.warning("cannot listen for queued tasks; waiting pops look every few seconds", error=str(exc))
             finally:
                 self._attempt_ended()
