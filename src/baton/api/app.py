@@ -4,8 +4,11 @@ serves any queue."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from types import FrameType
 from typing import Any, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -18,6 +21,7 @@ from baton import __version__
 from baton.api import events, openkat, organisations, plugins, queues, reports, schedulers, schedules, security, tasks
 from baton.api.deps import MetricsDep, Responses, StoreDep
 from baton.api.errors import install_error_handlers
+from baton.api.longpoll import document_wait_maximum
 from baton.api.middleware import RequestContextMiddleware
 from baton.api.schemas import IGNORES_UNKNOWN_QUERY_PARAMETERS, ErrorOut
 from baton.core.settings import Settings
@@ -73,6 +77,35 @@ def ignores_unknown_query_parameters(route: Any) -> bool:
     return bool((getattr(route, "openapi_extra", None) or {}).get(IGNORES_UNKNOWN_QUERY_PARAMETERS))
 
 
+def on_stop_signals(action: Callable[[], None]) -> Callable[[], None]:
+    """Run `action` on the event loop when SIGTERM or SIGINT arrives, after the server's own handler.
+
+    uvicorn lets open requests finish before it runs the lifespan's shutdown: a pop waiting for a task
+    would hold a stop for up to its `wait`. So the app hears the signal too, and ends the waits at once.
+    Returns the function that puts the server's handlers back. Only in the main thread (where uvicorn
+    handles signals; an app served from another thread, as in tests, is stopped by its lifespan)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    loop = asyncio.get_running_loop()
+    previous: dict[int, Callable[[int, FrameType | None], Any]] = {}
+
+    def chained(signum: int, frame: FrameType | None) -> None:
+        previous[signum](signum, frame)
+        loop.call_soon_threadsafe(action)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        handler = signal.getsignal(signum)
+        if callable(handler):  # not SIG_DFL or SIG_IGN: a server that stops gracefully
+            previous[signum] = handler
+            signal.signal(signum, chained)
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    return restore
+
+
 def monitoring_router() -> APIRouter:
     router = APIRouter(tags=["health"])
 
@@ -122,13 +155,17 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # The executor's pool belongs to the server's event loop: made here, closed here.
+        # The executor's pool and the wake-ups' listener belong to the server's event loop: made
+        # here, closed here.
         app.state.queues = QueueService(store, settings, executor_for(store), metrics)
+        app.state.queues.start()
+        restore_signals = on_stop_signals(app.state.queues.stop_waiting)
         for service in services:
             service.start_in_background()
         try:
             yield
         finally:
+            restore_signals()
             for service in services:
                 await asyncio.to_thread(service.stop)
             await app.state.queues.close()
@@ -145,6 +182,7 @@ def create_app(
     app.state.token_cache = TokenCache()
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
+    document_wait_maximum(app, settings.pop_max_wait_seconds)
 
     @app.get("/health", tags=["health"])
     def health() -> dict[str, Any]:

@@ -27,6 +27,7 @@ from baton.core.errors import (
     UnprocessableError,
 )
 from baton.core.logging import get_logger
+from baton.service.queues import TooManyWaitersError
 
 log = get_logger("baton.api")
 
@@ -35,6 +36,7 @@ STATUS: list[tuple[type[BatonError], int]] = [
     (NotFoundError, 404),
     (ConflictError, 409),
     (QueueFullError, 429),
+    (TooManyWaitersError, 429),
     (PayloadTooLargeError, 413),
     (ContradictoryInputError, 400),
     (InvalidInputError, 422),

@@ -19,12 +19,13 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import Query, Response, status
+from fastapi import Query, Request, Response, status
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from baton.api import routing, security
 from baton.api.deps import QueuesDep, Responses
+from baton.api.longpoll import TOO_MANY_WAITERS, Wait, pop_for
 from baton.api.responses import json_response, openkat_task_document, tasks_response
 from baton.api.schemas import (
     MAX_LIST_LIMIT,
@@ -74,17 +75,22 @@ def pop_target(queues: QueueService, scheduler: str) -> PopTarget:
     return queues.target(queue=scheduler)
 
 
-@router.post("/{scheduler}/pop", response_model=PopResults, responses=ERRORS, dependencies=[security.POP])
+@router.post(
+    "/{scheduler}/pop", response_model=PopResults, responses={**ERRORS, **TOO_MANY_WAITERS}, dependencies=[security.POP]
+)
 async def pop_many(
+    request: Request,
     scheduler: str,
     queues: QueuesDep,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 1,
     body: PopIn | None = None,
+    wait: Wait = 0,
 ) -> Response:
     """Pop up to `limit` tasks, best priority first (fair across organisations among equals), each
-    handed out once; `{"results": []}` when empty."""
-    tasks = await queues.pop(pop_target(queues, scheduler), limit, filter_tree(body.filters) if body else None)
-    return tasks_response(tasks)
+    handed out once; `{"results": []}` when empty. With `wait`, an empty answer waits until a task is
+    queued or the time is up (long-poll; whatever is queued then, up to `limit`, is the answer)."""
+    tree = filter_tree(body.filters) if body else None
+    return tasks_response(await pop_for(request, queues, pop_target(queues, scheduler), limit, tree, wait))
 
 
 def resolve_push_queue(path_id: str, body: CompatPushIn) -> tuple[str, SchedulerType]:

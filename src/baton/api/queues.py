@@ -8,10 +8,11 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import Body, Response, status
+from fastapi import Body, Request, Response, status
 
 from baton.api import routing, security
 from baton.api.deps import QueuesDep, Responses, StoreDep
+from baton.api.longpoll import TOO_MANY_WAITERS, Wait, pop_for
 from baton.api.responses import json_response, task_document
 from baton.api.schemas import ErrorOut, PopIn, PushIn, QueueOut, TaskOut, filter_tree
 from baton.core.jobs import recognised_job
@@ -74,8 +75,21 @@ def openkat_job(queue_id: str, data: dict[str, Any], task_id: uuid.UUID) -> tupl
     return recognised_job(kind, data, task_id)
 
 
-@router.post("/{queue_id}/pop", response_model=TaskOut | None, responses=UNKNOWN_QUEUE, dependencies=[security.POP])
-async def pop(queue_id: str, queues: QueuesDep, body: Annotated[PopIn | None, Body()] = None) -> Response:
-    """Hand out the best queued task (now `dispatched`), or `null` when the queue is empty."""
-    tasks = await queues.pop(queues.target(queue=queue_id), 1, filter_tree(body.filters) if body else None)
+@router.post(
+    "/{queue_id}/pop",
+    response_model=TaskOut | None,
+    responses={**UNKNOWN_QUEUE, **TOO_MANY_WAITERS},
+    dependencies=[security.POP],
+)
+async def pop(
+    request: Request,
+    queue_id: str,
+    queues: QueuesDep,
+    body: Annotated[PopIn | None, Body()] = None,
+    wait: Wait = 0,
+) -> Response:
+    """Hand out the best queued task (now `dispatched`), or `null` when the queue is empty; with
+    `wait`, an empty queue's answer waits until a task is queued or the time is up (long-poll)."""
+    tree = filter_tree(body.filters) if body else None
+    tasks = await pop_for(request, queues, queues.target(queue=queue_id), 1, tree, wait)
     return json_response(task_document(tasks[0]) if tasks else None)

@@ -119,6 +119,21 @@ class Settings(BaseSettings):
         description="Create an organisation when OpenKAT's messages or dialect name one Baton does not know yet "
         "(OpenKAT announces none).",
     )
+    pop_max_wait_seconds: float = Field(
+        30.0, ge=0, le=3600, description="Longest `?wait=` a pop may ask for (long-poll); 0 turns long-poll off."
+    )
+    pop_max_waiters: int = Field(
+        1000,
+        ge=0,
+        description="Pops one API process lets wait at once; a pop beyond it with nothing to hand out gets 429.",
+    )
+    pop_recheck_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="How often waiting pops look again without a wake-up: SQLite (another process may write the "
+        "file) and PostgreSQL while the LISTEN connection is down.",
+    )
     auth: Literal["auto", "on", "off"] = Field(
         "auto", description="Bearer tokens: 'auto' requires them unless the API listens on loopback only."
     )

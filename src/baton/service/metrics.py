@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
@@ -83,6 +83,9 @@ class Metrics:
             ["organisation", "type"],
             registry=self.registry,
             buckets=DWELL_BUCKETS,
+        )
+        self.pop_waiters = Gauge(
+            "baton_pop_waiters", "Pops waiting for a task (`?wait=`) in this process.", registry=self.registry
         )
         self.registry.register(StoreCollector(store))
         self._queues: dict[str, tuple[Any, Any]] = {}

@@ -2,15 +2,24 @@
 
 Each HTTP dialect only translates paths and bodies; the rules live here or below: the size limit
 on `data`, where a pop looks (one queue, or every queue of a type in fair or strict order), the
-caps of organisations with `max_in_flight`, and the metrics every pop and push feeds.
+caps of organisations with `max_in_flight`, the metrics every pop and push feeds, and long-poll.
+
+Long-poll (`pop_waiting`): a pop that finds nothing may wait for a task. It registers as a waiter,
+makes sure queued tasks are announced from then on, and pops again, so a task queued in between is
+not missed; then it sleeps until a wake-up
+names its queue (or its type), and pops again: the same pop statement, so no task is handed out
+twice. Wake-ups come from the database (storage/wakeups.py) and, for this process's own pushes and
+hand-backs, from here; each wakes one waiter of the queue and one of its type, which pass it on
+while they find tasks (see `Waiters`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,7 +27,7 @@ from typing import Any
 import orjson
 from sqlalchemy.orm import Session
 
-from baton.core.errors import NotFoundError, PayloadTooLargeError
+from baton.core.errors import BatonError, NotFoundError, PayloadTooLargeError
 from baton.core.filters import FilterTree
 from baton.core.model import SchedulerType, TaskStatus, utcnow
 from baton.core.settings import Settings
@@ -31,6 +40,7 @@ from baton.storage.queues import PushRequest, PushResult
 from baton.storage.schedulers import get_scheduler, list_schedulers
 from baton.storage.statements import PopTarget
 from baton.storage.tasks import RECORD_COLUMNS, find_task
+from baton.storage.wakeups import Wakeups, wakeups_for
 
 CAPS_REFRESH_SECONDS = 2.0
 SCHEDULER_TYPES = frozenset(kind.value for kind in SchedulerType)
@@ -53,14 +63,137 @@ def check_data_size(data: object, limit: int) -> None:
         raise PayloadTooLargeError(f"data: {size} bytes exceeds the limit of {limit} bytes")
 
 
+class TooManyWaitersError(BatonError):
+    """The process holds as many waiting pops as it may (BATON_POP_MAX_WAITERS): answered 429."""
+
+
+def waiter_key(target: PopTarget) -> str:
+    return f"queue:{target.queue}" if target.queue is not None else f"type:{target.type}"
+
+
+def queued_keys(queue_id: str) -> tuple[str, ...]:
+    """The waiters a task queued in `queue_id` may satisfy: that queue's and its type's."""
+    task_type = queue_id.partition("-")[0]
+    return (f"queue:{queue_id}", f"type:{task_type}") if task_type in SCHEDULER_TYPES else (f"queue:{queue_id}",)
+
+
+class Waiter:
+    def __init__(self, filtered: bool) -> None:
+        self.woken = asyncio.Event()
+        self.filtered = filtered  # it may not want what others would take: always woken
+        self.passes_on = False  # leaving, it wakes the next waiter: more may be queued
+
+
+class Waiters:
+    """The pops waiting in this process, by what they wait for; a bounded number.
+
+    A wake-up wakes one waiter per queue and type (the longest waiting), not all of them: a push of
+    one task to a queue with 500 idle runners costs two pops, not 500. The woken waiter passes the
+    wake-up on when it got a task (more may be queued), when it failed or left without looking, but
+    not when it found nothing. Waiters with a filter are always woken: they may not take what others
+    would."""
+
+    def __init__(self, limit: int, gauge: Any) -> None:
+        self.limit = limit
+        self._gauge = gauge
+        self._by_key: dict[str, dict[Waiter, None]] = {}  # insertion order: the longest waiting first
+        self.count = 0
+        self.closed = False  # the server is stopping: nobody waits any more
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.limit
+
+    @contextlib.contextmanager
+    def waiting(self, key: str, filtered: bool = False) -> Iterator[Waiter]:
+        waiter = Waiter(filtered)
+        self._by_key.setdefault(key, {})[waiter] = None
+        self._counted(+1)
+        try:
+            yield waiter
+        finally:
+            self._counted(-1)
+            others = self._by_key.get(key)
+            if others is not None:
+                others.pop(waiter, None)
+                if not others:
+                    del self._by_key[key]
+            if waiter.passes_on or waiter.woken.is_set():  # a wake-up it did not use goes to another
+                self._wake_one(key)
+
+    def _counted(self, change: int) -> None:
+        self.count += change
+        self._gauge.set(self.count)
+
+    def _wake_one(self, key: str) -> None:
+        woke = False
+        for waiter in self._by_key.get(key, ()):
+            if waiter.filtered:
+                waiter.woken.set()
+            elif not woke:
+                woke = True
+                if not waiter.woken.is_set():
+                    waiter.woken.set()
+
+    def wake(self, queue_id: str) -> None:
+        for key in queued_keys(queue_id):
+            self._wake_one(key)
+
+    def wake_all(self) -> None:
+        """Something may be queued, nobody knows where: one waiter of each queue and type looks."""
+        for key in list(self._by_key):
+            self._wake_one(key)
+
+    def wake_everyone(self) -> None:
+        """Every waiter looks (and decides afresh how long to sleep)."""
+        for waiters in self._by_key.values():
+            for waiter in waiters:
+                waiter.woken.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake_everyone()
+
+
+async def sleep_until(woken: asyncio.Event, gone: asyncio.Event | None, timeout: float) -> None:
+    """Until a wake-up, the client leaving, or `timeout` seconds."""
+    waits = [asyncio.ensure_future(woken.wait())]
+    if gone is not None:
+        waits.append(asyncio.ensure_future(gone.wait()))
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
 class QueueService:
-    def __init__(self, store: Store, settings: Settings, executor: QueueExecutor, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        executor: QueueExecutor,
+        metrics: Metrics,
+        wakeups: Wakeups | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.executor = executor
         self.metrics = metrics
         self._caps_known_at = float("-inf")
         self._caps = False
+        self.waiters = Waiters(settings.pop_max_waiters, metrics.pop_waiters)
+        self.wakeups = wakeups or wakeups_for(store, settings.pop_recheck_seconds)
+
+    def start(self) -> None:
+        """Start listening for queued tasks (on the server's event loop)."""
+        self.wakeups.start(
+            self.waiters.wake, self.waiters.wake_all, self.waiters.wake_everyone, lambda: self.waiters.count > 0
+        )
+
+    def stop_waiting(self) -> None:
+        """The server is stopping: waiting pops answer now (empty), new ones do not wait."""
+        self.waiters.close()
 
     # -- the hot path ------------------------------------------------------------------------------
     def target(self, queue: str | None = None, task_type: str | None = None) -> PopTarget:
@@ -90,6 +223,46 @@ class QueueService:
         self._count_pops(tasks, now)
         return tasks
 
+    async def pop_waiting(
+        self,
+        target: PopTarget,
+        limit: int = 1,
+        tree: FilterTree | None = None,
+        *,
+        wait: float,
+        gone: asyncio.Event | None = None,
+    ) -> list[dict[str, Any]]:
+        """`pop`, but with nothing to hand out wait up to `wait` seconds for a task (a long-poll);
+        [] when none came, the client left (`gone`) or the server is stopping.
+
+        Raises TooManyWaitersError when it would wait and the process holds its limit of waiters."""
+        tasks = await self.pop(target, limit, tree)
+        if tasks or wait <= 0 or self.waiters.closed:
+            return tasks
+        if self.waiters.full:
+            raise TooManyWaitersError(
+                f"wait: this server already holds {self.waiters.limit} waiting pops (BATON_POP_MAX_WAITERS); "
+                "pop again later, or without `wait`"
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        with self.waiters.waiting(waiter_key(target), filtered=tree is not None) as waiter:
+            while True:
+                await self.wakeups.watch()  # from here on a queued task is announced (or `live` is False)
+                waiter.woken.clear()  # before the pop: a wake-up during the pop makes it look again
+                waiter.passes_on = True  # should the pop fail, another waiter looks instead
+                tasks = await self.pop(target, limit, tree)
+                waiter.passes_on = bool(tasks)
+                remaining = deadline - loop.time()
+                if tasks or remaining <= 0 or self.waiters.closed:
+                    return tasks
+                if not self.wakeups.live or (target.type is not None and self._caps):
+                    # No wake-up announces a finished task freeing an organisation's max_in_flight.
+                    remaining = min(remaining, self.settings.pop_recheck_seconds)
+                await sleep_until(waiter.woken, gone, remaining)
+                if gone is not None and gone.is_set():
+                    return []  # before popping: nobody would receive the task
+
     def _count_pops(self, tasks: Sequence[dict[str, Any]], now: datetime) -> None:
         for task in tasks:
             pops, dwell = self.metrics.per_queue(task["scheduler_id"], task["organisation"], task["type"])
@@ -100,10 +273,21 @@ class QueueService:
         check_data_size(request.data, self.settings.max_data_bytes)
         result = await self.executor.push(request, utcnow())
         self.metrics.pushes.labels(request.queue, "created" if result.created else "deduplicated").inc()
+        if result.created and self.waiters.count:
+            self._queued_here(request.queue)
         return result
 
     async def change_status(self, task_id: uuid.UUID, status: TaskStatus) -> dict[str, Any]:
-        return await self.executor.change_status(task_id, status, utcnow())
+        task = await self.executor.change_status(task_id, status, utcnow())
+        if status is TaskStatus.QUEUED and self.waiters.count:
+            self._queued_here(task["scheduler_id"])
+        return task
+
+    def _queued_here(self, queue_id: str) -> None:
+        """A task this process queued wakes its waiters at once when no notification will (SQLite);
+        PostgreSQL's notification comes for every writer alike."""
+        if not self.store.is_postgresql:
+            self.waiters.wake(queue_id)
 
     async def ensure_organisation(self, organisation: str) -> bool:
         """Create the organisation and its queues if missing; True when it exists afterwards."""
@@ -147,4 +331,6 @@ class QueueService:
         return QueueView(row.id, row.organisation, row.type, queued, in_flight, row.maxsize, row.enabled)
 
     async def close(self) -> None:
+        self.waiters.close()
+        await self.wakeups.close()
         await self.executor.close()

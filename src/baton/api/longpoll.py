@@ -1,0 +1,81 @@
+"""Long-poll pops (`?wait=seconds`) for both dialects: the parameter, its bound, and the client leaving.
+
+A pop with `wait` goes through FastAPI's routes, never the fast path (which takes only plain pops):
+it may sleep for seconds, so the few microseconds saved would not matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+
+from baton.api.schemas import ErrorOut
+from baton.core.filters import FilterTree
+from baton.service.queues import QueueService
+from baton.storage.statements import PopTarget
+
+WAIT_DESCRIPTION = (
+    "Long-poll: when nothing is queued, wait up to this many seconds for a task and answer as soon as one "
+    "is queued (else the usual empty answer when the time is up). 0, the default: answer at once. At most "
+    "BATON_POP_MAX_WAIT_SECONDS (default 30). When the server already holds BATON_POP_MAX_WAITERS waiting "
+    "pops (default 1000) and nothing is queued, the answer is 429."
+)
+Wait = Annotated[float, Query(ge=0, allow_inf_nan=False, description=WAIT_DESCRIPTION)]
+TOO_MANY_WAITERS: dict[int | str, dict[str, Any]] = {
+    429: {"model": ErrorOut, "description": "Nothing queued, and the server holds its limit of waiting pops"}
+}
+
+
+def document_wait_maximum(app: FastAPI, maximum: float) -> None:
+    """Put this server's BATON_POP_MAX_WAIT_SECONDS into the OpenAPI schema as `wait`'s maximum (the
+    routes are declared before settings are known, so the schema is amended when first built)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            for operation in (op for path in build()["paths"].values() for op in path.values()):
+                for parameter in operation.get("parameters", ()):
+                    if parameter["name"] == "wait" and parameter["in"] == "query":
+                        parameter["schema"]["maximum"] = maximum
+        return app.openapi_schema or build()
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def check_wait(wait: float, queues: QueueService) -> None:
+    longest = queues.settings.pop_max_wait_seconds
+    if wait > longest:
+        problem = f"at most {longest:g} seconds (BATON_POP_MAX_WAIT_SECONDS)"
+        raise RequestValidationError(
+            [{"loc": ("query", "wait"), "msg": problem, "type": "less_than_equal", "input": wait}]
+        )
+
+
+async def watch_disconnect(request: Request, gone: asyncio.Event) -> None:
+    """Set `gone` when the client hangs up (the ASGI server says so as the next message)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            return
+
+
+async def pop_for(
+    request: Request, queues: QueueService, target: PopTarget, limit: int, tree: FilterTree | None, wait: float
+) -> list[dict[str, Any]]:
+    """The pop a route asked for: at once, or waiting up to `wait` seconds while the client stays."""
+    check_wait(wait, queues)
+    if wait == 0:
+        return await queues.pop(target, limit, tree)
+    gone = asyncio.Event()
+    watcher = asyncio.ensure_future(watch_disconnect(request, gone))
+    try:
+        return await queues.pop_waiting(target, limit, tree, wait=wait, gone=gone)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
