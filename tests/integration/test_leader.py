@@ -395,21 +395,3 @@ def test_on_postgresql_workers_are_woken_when_the_pool_changes(pg_store: Store) 
     finally:
         stop.set()
         changes.close()
-
-
-def test_on_postgresql_a_renewal_skips_a_row_a_stuck_transaction_locks_and_defers_it(pg_store: Store) -> None:
-    """A previous owner's last transaction, stuck, must not hold up the renewal of every other
-    lease; the locked row is still ours, so it is deferred (renewed later), not lost."""
-    add_organisation(pg_store, "acme")
-    with pg_store.session() as session:
-        claims = leases.claim_schedulers(session, ["boefje-acme", "normalizer-acme", "report-acme"], "w:1#a", 60)
-    with pg_store.engine.connect() as stuck:
-        stuck.execute(text("SELECT * FROM schedulers WHERE id = 'boefje-acme' FOR SHARE"))
-        with pg_store.session() as session:
-            renewed = leases.renew_claims(session, claims, 60, {"normalizer-acme": "running"})
-        assert {sid for sid, answer in renewed.items() if not answer.deferred} == {"normalizer-acme", "report-acme"}
-        assert renewed["boefje-acme"].deferred
-        stuck.rollback()
-    with pg_store.session() as session:
-        assert not any(answer.deferred for answer in leases.renew_claims(session, claims, 60).values())
-        assert session.scalar(text("SELECT state FROM schedulers WHERE id = 'normalizer-acme'")) == "running"

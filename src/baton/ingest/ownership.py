@@ -204,19 +204,12 @@ class Ownership:
                 )
         else:
             renewed = {}
-        deferred = False
         for held in live:
             answer = renewed.get(held.claim.scheduler_id)
             if answer is None:
                 self._lose(held, "its row is held under another term now (taken over, or organisation deleted)")
-            elif answer.deferred:  # its row was locked: written again with the next burst
-                with self._lock:
-                    self._changed.add(held.claim.scheduler_id)
-                deferred = True
             else:
                 held.lessee.set_enabled(answer.enabled)
-        if deferred:
-            self._wake.set()
 
     def _lose(self, held: _Held, reason: str) -> None:
         with self._lock:

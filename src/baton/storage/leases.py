@@ -322,18 +322,13 @@ def _held(session: Session, claims: Sequence[Claim]) -> ColumnElement[bool]:
 class Renewed:
     scheduler_id: str
     enabled: bool
-    deferred: bool = False  # still ours, but its row was locked: renew it again soon
 
 
 def renew_claims(
     session: Session, claims: Sequence[Claim], lease_seconds: float, states: dict[str, str] | None = None
 ) -> dict[str, Renewed]:
     """Renew many leases (and write their heartbeat) in one statement per state; the claims that
-    are still ours. A claim missing from the answer was lost: its scheduler must stop.
-
-    On PostgreSQL a row locked by another transaction for longer than a moment is skipped: one row
-    held by a stuck transaction (a previous owner's last one, winding down) must not hold up the
-    renewal of thousands. A skipped row that is still ours is answered `deferred`."""
+    are still ours. A claim missing from the answer was lost: its scheduler must stop."""
     states = states or {}
     by_state: dict[str | None, list[Claim]] = {}
     for claim in claims:
@@ -346,20 +341,14 @@ def renew_claims(
         }
         if state is not None:
             values["state"] = state
-        statement = (
+        rows = session.execute(
             update(Scheduler)
+            .where(_held(session, group))
             .values(**values)
             .returning(Scheduler.id, Scheduler.enabled)
             .execution_options(synchronize_session=False)
-        )
-        rows = _waiting_briefly(session, statement, _held(session, group)).all()
+        ).all()
         renewed.update({scheduler_id: Renewed(scheduler_id, bool(enabled)) for scheduler_id, enabled in rows})
-    skipped = [claim for claim in claims if claim.scheduler_id not in renewed]
-    if skipped and on_postgresql(session):  # a plain read waits for no lock
-        for scheduler_id, enabled in session.execute(
-            select(Scheduler.id, Scheduler.enabled).where(_held(session, skipped))
-        ):
-            renewed[scheduler_id] = Renewed(scheduler_id, bool(enabled), deferred=True)
     return renewed
 
 
@@ -391,25 +380,17 @@ def revoke_claims(session: Session, leader_term: int) -> int:
         .values(owner=None, term=Scheduler.term + 1, lease_expires_at=None)
         .execution_options(synchronize_session=False)
     )
-    result = _waiting_briefly(session, revoke, condition)
-    return int(result.rowcount or 0)
-
-
-def _waiting_briefly(session: Session, statement: Any, condition: ColumnElement[bool]) -> Any:
-    """`statement` where `condition`, waiting up to REVOKE_LOCK_TIMEOUT_MS for rows other
-    transactions lock (a live scheduler's transaction lasts milliseconds); past that, over the rows
-    that are free (a stuck transaction is not waited for). PostgreSQL; SQLite has no row locks."""
-    if not on_postgresql(session):
-        return session.execute(statement.where(condition))
-    try:
-        with session.begin_nested():
-            session.execute(text(f"SET LOCAL lock_timeout = '{REVOKE_LOCK_TIMEOUT_MS}ms'"))
-            result = session.execute(statement.where(condition))
+    if on_postgresql(session):
+        try:
+            with session.begin_nested():
+                session.execute(text(f"SET LOCAL lock_timeout = '{REVOKE_LOCK_TIMEOUT_MS}ms'"))
+                result = session.execute(revoke.where(condition))
+                session.execute(text("SET LOCAL lock_timeout = 0"))
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+        except OperationalError:  # a lock held past the timeout: take what is free
             session.execute(text("SET LOCAL lock_timeout = 0"))
-        return result
-    except OperationalError:  # a lock held past the timeout: take what is free
-        session.execute(text("SET LOCAL lock_timeout = 0"))
-    return session.execute(statement.where(_unlocked(session, condition)))
+    result = session.execute(revoke.where(_unlocked(session, condition)))
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
 def fence(session: Session, claim: Claim) -> None:
