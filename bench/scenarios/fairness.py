@@ -35,7 +35,7 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import make_url
 
-from baton.storage.executors import libpq_conninfo
+from baton.storage.engine import libpq_conninfo
 from bench.loadgen import Rate, measure
 from bench.scenarios.common import (
     Context,

@@ -57,6 +57,11 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def libpq_conninfo(url: str) -> str:
+    """The database URL as psycopg takes it for a connection of its own (no SQLAlchemy driver)."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
 def connection_name(pid: int | None = None) -> str:
     """What every connection of this process is called in pg_stat_activity: `baton <pid>@<host>`,
     the same process as the owner ids `host:pid#...` of its leases (storage/leases.py ends the

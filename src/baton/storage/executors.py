@@ -28,14 +28,13 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Connection
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from baton.core.errors import ConflictError
 from baton.core.filters import FilterTree
 from baton.core.model import TaskStatus
 from baton.storage import queues, statements
-from baton.storage.engine import Store
+from baton.storage.engine import Store, libpq_conninfo
 from baton.storage.filters import compile_tree
 from baton.storage.queues import PushRequest, PushResult
 from baton.storage.statements import PopTarget
@@ -183,10 +182,6 @@ def _compiled(statement_key: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
         statement = statements.change_status(TaskStatus(statement_key[1]), raw_data=True)
     compiled = statement.compile(dialect=statements.dialect_of("postgresql"))
     return str(compiled), dict(compiled.params)
-
-
-def libpq_conninfo(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 class PostgresExecutor:

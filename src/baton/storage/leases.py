@@ -46,7 +46,7 @@ from sqlalchemy.orm import Session
 
 from baton.core.errors import FencedError
 from baton.core.model import utcnow
-from baton.storage.engine import insert_for, on_postgresql
+from baton.storage.engine import insert_for, libpq_conninfo, on_postgresql
 from baton.storage.tables import LeaderRecord, Organisation, Scheduler, UTCDateTime, WorkerRecord
 
 if TYPE_CHECKING:
@@ -484,9 +484,8 @@ class PoolChanges:
     timeout. On SQLite, and while that connection cannot be made, it is a plain wait."""
 
     def __init__(self, url: str, stop: threading.Event) -> None:
-        parsed = make_url(url)
-        self._dsn = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
-        self._postgresql = parsed.get_backend_name() == "postgresql"
+        self._dsn = libpq_conninfo(url)
+        self._postgresql = make_url(url).get_backend_name() == "postgresql"
         self._stop = stop
         self._conn: psycopg.Connection[Any] | None = None
 

@@ -25,8 +25,7 @@ import psycopg
 
 from baton.core.backoff import RECONNECT, Backoff, fresh
 from baton.core.logging import get_logger
-from baton.storage.engine import Store
-from baton.storage.executors import libpq_conninfo
+from baton.storage.engine import Store, libpq_conninfo
 
 log = get_logger("baton.storage.wakeups")
 
