@@ -395,3 +395,20 @@ def test_on_postgresql_workers_are_woken_when_the_pool_changes(pg_store: Store) 
     finally:
         stop.set()
         changes.close()
+
+
+def test_a_worker_learns_when_the_first_lease_of_a_peer_ends(store: Store) -> None:
+    add_organisation(store, "acme")
+    with store.session() as session:
+        assert leases.seconds_until_a_peer_lease_ends(session, "me#1") is None
+        leases.heartbeat_worker(session, "me#1", 1)  # our own leases end sooner: not counted
+        leases.claim_schedulers(session, ["normalizer-acme"], "me#1", 1)
+        leases.claim_schedulers(session, ["boefje-acme"], "peer#1", 20)
+        leases.claim_schedulers(session, ["report-acme"], "peer#2", -1)  # ended already: not what comes next
+    with store.session() as session:
+        scheduler_only = leases.seconds_until_a_peer_lease_ends(session, "me#1")
+        leases.heartbeat_worker(session, "peer#1", 10)
+    with store.session() as session:
+        with_worker = leases.seconds_until_a_peer_lease_ends(session, "me#1")
+    assert scheduler_only is not None and 15 < scheduler_only <= 20
+    assert with_worker is not None and 5 < with_worker <= 10

@@ -4,9 +4,9 @@ so Kubernetes' own replication (a Deployment, an autoscaler) decides how many ru
 Each round a worker heartbeats its `workers` row, computes its fair share (every scheduler of an
 existing organisation, divided by the live workers, rounded up), gives up what it holds above that
 share (a new peer joined) and claims unowned or expired schedulers up to it (a peer left or died).
-Its schedulers run as threads; their leases and fencing are the same as a director's
-(storage/leases.py, ingest/ownership.py), so a scheduler never runs in two places at once. SIGTERM
-releases everything first, so peers pick it up on their next round.
+Its schedulers take turns on a few threads (control/tickpool.py); their leases and fencing are the
+same as a director's (storage/leases.py, ingest/ownership.py), so a scheduler never runs in two
+places at once. SIGTERM releases everything first, so peers pick it up on their next round.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from baton.control.runners import ThreadRunner
+from baton.control.tickpool import TickPool
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec
 from baton.core.settings import Settings
@@ -25,6 +25,8 @@ from baton.storage.engine import Store
 
 log = get_logger("baton.worker")
 RUNNER_NAME = "worker"
+# Claim a lease's end this long after the database's clock says it ends (rounding, clock reads).
+LEASE_END_MARGIN_SECONDS = 0.02
 
 
 @dataclass
@@ -34,6 +36,7 @@ class WorkerRound:
     claimed: list[str]
     released: list[str]
     running: int
+    next_lease_end_s: float | None = None  # when a peer's lease (a scheduler's or its own) runs out next
 
 
 def fair_share(schedulers: int, live_workers: int) -> int:
@@ -49,7 +52,7 @@ class Worker(BackgroundService):
         self.settings = settings
         self.ownership = context.leases()
         self.id = self.ownership.owner
-        self.runner = ThreadRunner(context)
+        self.runner = TickPool(context, settings.worker_threads)
         self.round_seconds = min(1.0, settings.leases.retry_period_seconds)
         self.pool_changes = leases.PoolChanges(store.url, self._stop)
         self._joined = False
@@ -70,7 +73,19 @@ class Worker(BackgroundService):
         claimed = self._claim_up_to(share, kept)
         if claimed or released:
             log.info("rebalanced", worker=self.id, live_workers=live, share=share, claimed=claimed, released=released)
-        return WorkerRound(live, share, claimed, released, len(kept) + len(claimed))
+        return WorkerRound(live, share, claimed, released, len(kept) + len(claimed), self._next_lease_end())
+
+    def _next_lease_end(self) -> float | None:
+        with self.store.control_session() as session:
+            return leases.seconds_until_a_peer_lease_ends(session, self.id)
+
+    def _until_next_round(self, last: WorkerRound | None) -> float:
+        """One round's time, or less when a peer's lease ends sooner: a dead peer's share and
+        schedulers are then taken within milliseconds of their leases' end, not up to a round later."""
+        soonest = last.next_lease_end_s if last is not None else None
+        if soonest is not None and 0 < soonest < self.round_seconds:
+            return soonest + LEASE_END_MARGIN_SECONDS
+        return self.round_seconds
 
     def _release_above(self, share: int, running: list[str]) -> list[str]:
         """Give the surplus rows up in one statement first (peers claim them in their next round),
@@ -90,12 +105,13 @@ class Worker(BackgroundService):
         log.info("worker running", worker=self.id)
         self.ownership.start_in_background()
         while not self.stopping:
+            last: WorkerRound | None = None
             try:
-                self.step()
+                last = self.step()
             except Exception as exc:
                 log.warning("worker round failed; retrying", error=str(exc).splitlines()[0])
-            if not self.stopping:
-                self.pool_changes.wait(self.round_seconds)  # or until a peer joins, leaves or gives up schedulers
+            if not self.stopping:  # or until a peer joins, leaves or gives schedulers up
+                self.pool_changes.wait(self._until_next_round(last))
         self.pool_changes.close()
 
     def stop(self, timeout: float = 10.0) -> None:

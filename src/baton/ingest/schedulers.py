@@ -107,6 +107,8 @@ class Scheduler(ABC):
         self._lost: str | None = None
         self.enabled = True
         self.state = SchedulerState.STOPPED
+        self._final = SchedulerState.STOPPED  # the state its row is given up with
+        self._pause = 0.0
         self.log = log.bind(scheduler=spec.id, runner=context.runner)
 
     @property
@@ -173,35 +175,79 @@ class Scheduler(ABC):
         return None
 
     def run(self) -> None:
-        ownership = self.context.leases()
-        ownership.start_in_background()
+        """A scheduler with a thread (or a process) of its own: claim, loop until stopped, give up.
+        A worker's schedulers take turns on a few threads instead (control/tickpool.py), through
+        the same `take`, `begin`, `step` and `end`."""
+        self.context.leases().start_in_background()
         claim = self._wait_for_claim()
         if claim is None:
             return
-        ownership.hold(claim, self)
-        self.log.info("scheduler starting", term=claim.term, owner=claim.owner)
-        final = SchedulerState.STOPPED
+        self.take(claim)
         try:
-            self._report(SchedulerState.STARTING)
-            self.setup()
-            self._report(SchedulerState.RUNNING)
-            self._stop.wait(self._first_tick_delay())
+            self.begin()
+            self._stop.wait(self.first_tick_delay())
             while not self._stop.is_set():
-                self._report(SchedulerState.RUNNING)
-                busy = self._tick_safely() if self.enabled else 0
-                if not busy:
-                    self._stop.wait(self.settings.timing.poll_interval_seconds)
-        except FencedError as exc:
-            self.lease_lost(str(exc))
+                self._stop.wait(self.step())
         except Exception:
-            self.log.exception("scheduler failed")
-            final = SchedulerState.FAILED
+            self.failed()
             raise
         finally:
-            self.teardown()
-            self._give_up(claim, final)
+            self.end()
 
-    def _first_tick_delay(self) -> float:
+    def take(self, claim: Claim) -> None:
+        """Renew `claim` from now on on this scheduler's behalf (a claimed row is never left unheld)."""
+        self.claim = claim
+        self.context.leases().hold(claim, self)
+
+    def begin(self) -> None:
+        if self.claim is not None:
+            self.log.info("scheduler starting", term=self.claim.term, owner=self.claim.owner)
+        self._report(SchedulerState.STARTING)
+        self.setup()
+        self._report(SchedulerState.RUNNING)
+
+    def step(self) -> float:
+        """One turn: tick (unless the queue is disabled); the seconds to pause before the next turn.
+        Raises what a tick raises, but for the fencing refusal (the scheduler stops) and an
+        unreachable database (it backs off)."""
+        self._report(SchedulerState.RUNNING)
+        idle = self.settings.timing.poll_interval_seconds
+        if not self.enabled:
+            return idle
+        try:
+            done = self.tick()
+        except FencedError as exc:
+            self.lease_lost(str(exc))
+            return 0.0
+        except OperationalError as exc:
+            self.log.warning("database unavailable; backing off", error=str(exc.orig))
+            return self._back_off_seconds()
+        except PoolTimeoutError as exc:  # every pooled connection busy (many schedulers in one process)
+            self.log.warning("no database connection free; backing off", error=str(exc).splitlines()[0])
+            return self._back_off_seconds()
+        requested, self._pause = self._pause, 0.0
+        return max(requested, 0.0 if done else idle)
+
+    def pause(self, seconds: float) -> None:
+        """Ask for a pause after this tick (a tick never sleeps: it may share its thread)."""
+        self._pause = max(self._pause, seconds)
+
+    def _back_off_seconds(self) -> float:
+        return min(5.0, self.settings.timing.poll_interval_seconds * 5)
+
+    def failed(self) -> None:
+        """The loop raised: log it; the row is given up as failed."""
+        self.log.exception("scheduler failed")
+        self._final = SchedulerState.FAILED
+
+    def end(self) -> None:
+        try:
+            self.teardown()
+        finally:
+            if self.claim is not None:
+                self._give_up(self.claim, self._final)
+
+    def first_tick_delay(self) -> float:
         """Schedulers often start by the thousand (a worker taking over a peer's share, a director's
         first round): their first ticks are spread over one poll interval, so the ones started first
         do not hold the interpreter and the pool while the rest are still being started."""
@@ -217,18 +263,6 @@ class Scheduler(ABC):
         except Exception:  # the database may be the reason we are stopping; the lease then expires
             self.log.warning("could not release the scheduler's lease", state=state.value)
         self.log.info("scheduler stopped", state=state.value)
-
-    def _tick_safely(self) -> int:
-        try:
-            return self.tick()
-        except OperationalError as exc:  # database unreachable: keep running, try again shortly
-            self.log.warning("database unavailable; backing off", error=str(exc.orig))
-            self._stop.wait(min(5.0, self.settings.timing.poll_interval_seconds * 5))
-            return 0
-        except PoolTimeoutError as exc:  # every pooled connection busy (many schedulers in one process)
-            self.log.warning("no database connection free; backing off", error=str(exc).splitlines()[0])
-            self._stop.wait(min(5.0, self.settings.timing.poll_interval_seconds * 5))
-            return 0
 
     def setup(self) -> None:
         """Hook run once before the loop (open connections, etc.)."""
@@ -295,7 +329,7 @@ class EventDrivenScheduler(Scheduler):
         for delivery in settlement.deferred:
             delivery.nack()
         if settlement.deferred:  # queue full: give job runners time to drain it
-            self._stop.wait(self.settings.timing.poll_interval_seconds)
+            self.pause(self.settings.timing.poll_interval_seconds)
         return len(settlement.handled)
 
     def _handle_deliveries(self, session: Session, deliveries: Sequence[Delivery]) -> Settlement:

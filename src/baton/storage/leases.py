@@ -458,6 +458,24 @@ def remove_worker(session: Session, worker_id: str) -> None:
     session.execute(delete(WorkerRecord).where(WorkerRecord.id == worker_id))
 
 
+def seconds_until_a_peer_lease_ends(session: Session, owner: str) -> float | None:
+    """How soon the next lease of someone else runs out, a scheduler's or a worker's own, on the
+    database's clock; None when no one else holds one that is still running. A worker's share grows
+    when a peer's row ends, and it may claim a scheduler once the scheduler's lease has ended."""
+    now = db_now(session)
+    scheduler_end = select(func.min(Scheduler.lease_expires_at)).where(
+        Scheduler.owner.is_not(None), Scheduler.owner != owner, Scheduler.lease_expires_at > now
+    )
+    worker_end = select(func.min(WorkerRecord.expires_at)).where(
+        WorkerRecord.id != owner, WorkerRecord.expires_at > now
+    )
+    first_scheduler, first_worker, now_then = session.execute(
+        select(scheduler_end.scalar_subquery(), worker_end.scalar_subquery(), now)
+    ).one()
+    ends = [end for end in (first_scheduler, first_worker) if end is not None]
+    return (min(ends) - now_then).total_seconds() if ends else None
+
+
 def count_schedulers(session: Session) -> int:
     return int(
         session.scalar(
