@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from baton.core.logging import configure_logging
-from baton.core.settings import LeaseSettings
+from baton.core.settings import LeaseSettings, Settings
 from baton.testing.leasechaos import EventFeeder, Member, Pool, pool, wait_for
 from baton.testing.writelog import analyse, install
 from bench.scenarios import director
@@ -212,6 +212,7 @@ def run(ctx: Context) -> dict[str, Any]:
             "renew_deadline_s": LEASES.renew_deadline_seconds,
             "retry_period_s": LEASES.retry_period_seconds,
             "worker_round_s": WORKER_ROUND_SECONDS,
+            "worker_threads": Settings().worker_threads,
             "poll_interval_s": POLL_INTERVAL_SECONDS,
         },
         "targets": {"sigkill_handover_s": KILL_TARGET_SECONDS, "sigterm_handover_s": TERM_TARGET_SECONDS},

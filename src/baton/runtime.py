@@ -65,8 +65,11 @@ def current_store(settings: Settings) -> Store:
 # -- schedulers' event sources ------------------------------------------------------------------------
 
 
-def source_factory(settings: Settings) -> Callable[[SchedulerSpec], EventSource | None]:
-    """Where a scheduler's events come from: the HTTP inbox, plus RabbitMQ when it is enabled."""
+def source_factory(
+    settings: Settings, broker_wait_seconds: float | None = None
+) -> Callable[[SchedulerSpec], EventSource | None]:
+    """Where a scheduler's events come from: the HTTP inbox, plus RabbitMQ when it is enabled.
+    `broker_wait_seconds`: how long a receive may wait for a message (None: the source's default)."""
 
     def make(spec: SchedulerSpec) -> EventSource | None:
         if spec.type is SchedulerType.REPORT:
@@ -76,13 +79,17 @@ def source_factory(settings: Settings) -> Callable[[SchedulerSpec], EventSource 
             return inbox
         from baton.ingest.rabbitmq import RabbitMQSource, event_queue
 
-        amqp = RabbitMQSource(settings.amqp.url, event_queue(spec.organisation, spec.type), settings.amqp.prefetch)
+        queue = event_queue(spec.organisation, spec.type)
+        if broker_wait_seconds is None:
+            amqp = RabbitMQSource(settings.amqp.url, queue, settings.amqp.prefetch)
+        else:
+            amqp = RabbitMQSource(settings.amqp.url, queue, settings.amqp.prefetch, wait_seconds=broker_wait_seconds)
         return CompositeSource([inbox, amqp])
 
     return make
 
 
-def scheduler_context(store: Store, settings: Settings, runner: str) -> Any:
+def scheduler_context(store: Store, settings: Settings, runner: str, broker_wait_seconds: float | None = None) -> Any:
     from baton.ingest.schedulers import SchedulerContext
 
     return SchedulerContext(
@@ -90,7 +97,7 @@ def scheduler_context(store: Store, settings: Settings, runner: str) -> Any:
         settings=settings,
         runner=runner,
         location=process_location(),
-        source_factory=source_factory(settings),
+        source_factory=source_factory(settings, broker_wait_seconds),
     )
 
 
@@ -177,7 +184,8 @@ def run_director(settings: Settings, runner_kind: RunnerKind) -> None:
 def build_worker(store: Store, settings: Settings) -> Any:
     from baton.control.workers import RUNNER_NAME, Worker
 
-    return Worker(store, settings, scheduler_context(store, settings, RUNNER_NAME))
+    # A worker's schedulers share a few threads: a receive takes what the broker has sent, never waits.
+    return Worker(store, settings, scheduler_context(store, settings, RUNNER_NAME, broker_wait_seconds=0.0))
 
 
 def run_worker(settings: Settings) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from baton.control.organisations import OrganisationWatcher, organisation_applier
+from baton.control.tickpool import TickPool
 from baton.core.model import SchedulerSpec, SchedulerType, utcnow
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
@@ -32,6 +33,7 @@ from baton.ingest.events import (
 )
 from baton.ingest.rabbitmq import DEAD_LETTER_QUEUE, ORGANISATIONS_QUEUE, Publisher, RabbitMQSource, event_queue
 from baton.ingest.schedulers import NormalizerScheduler, SchedulerContext
+from baton.runtime import scheduler_context
 from baton.storage import queues
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
@@ -128,6 +130,29 @@ def test_events_flow_from_rabbitmq_into_tasks(store: Store, amqp_url: str) -> No
     finally:
         scheduler.stop()
         thread.join(10)
+        publisher.close()
+
+
+def test_events_flow_from_rabbitmq_into_tasks_on_a_workers_shared_thread(store: Store, amqp_url: str) -> None:
+    """A worker's schedulers share threads (control/tickpool.py): their broker receives never wait."""
+    org = new_org(store)
+    publisher = Publisher(amqp_url)
+    for n in range(20):
+        publisher.publish_event(org, raw_event(f"raw{n}"))
+    settings = Settings(database_url=store.url, amqp_url=amqp_url, amqp_enabled=True, poll_interval_seconds=0.02)
+    context = scheduler_context(store, settings, "worker", broker_wait_seconds=0.0)
+    context.leases().start_in_background()
+    pool = TickPool(context, threads=1)
+    spec = SchedulerSpec(org, SchedulerType.NORMALIZER)
+    try:
+        claims = context.leases().claim([spec.id], runner="worker")
+        assert pool.launch_claimed([(spec, claims[spec.id])]) == [spec.id]
+        assert wait_until(lambda: distinct_raw_ids(store, org) == as_uuids(f"raw{n}" for n in range(20)), 30)
+        publisher.publish_event(org, raw_event("raw20"))  # one that arrives while the scheduler runs
+        assert wait_until(lambda: distinct_raw_ids(store, org) == as_uuids(f"raw{n}" for n in range(21)), 30)
+    finally:
+        pool.shutdown()
+        context.leases().stop()
         publisher.close()
 
 
