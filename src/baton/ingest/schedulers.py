@@ -122,10 +122,6 @@ class Scheduler(ABC):
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def wait(self, seconds: float) -> bool:
-        """Sleep unless stopped; True when stopped."""
-        return self._stop.wait(seconds)
-
     # -- ownership (Lessee) -------------------------------------------------------------------------
 
     def lease_lost(self, reason: str) -> None:
