@@ -172,8 +172,9 @@ def _sql_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
 
 
 def _store_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
-    """Baton's store-level pop of one queue (`params["queue"]`), each in its own transaction, exactly
-    as the API's thread executor runs it (SQLite's baseline: the same work without HTTP)."""
+    """Baton's store-level pop of one queue (`params["queue"]`), each in its own transaction, as the
+    API's thread executor runs it (SQLite's baseline: the same statement and work without HTTP; the
+    API's SQLite executor builds the statement once, `queues.pop` per call)."""
     from baton.core.model import utcnow
     from baton.storage import queues
     from baton.storage.engine import Store

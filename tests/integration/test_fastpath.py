@@ -1,16 +1,22 @@
-"""The plain pop is answered before FastAPI's routing (api/fastpath.py): its answers must be exactly
-the routes' answers, and whatever it does not take (a body, an odd query, an unknown queue, a token
-it cannot vouch for) must still get the routes' own answer."""
+"""The plain pop and push are answered before FastAPI's routing (api/fastpath.py): their answers must
+be exactly the routes' answers, and whatever the fast path does not take (a body, an odd query, an
+invalid push, a token it cannot vouch for) must still get the routes' own answer."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
+import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from baton.api import create_app, fastpath
 from baton.api.fastpath import pop_limit
+from baton.core.settings import Settings
+from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
+from baton.storage.queues import PushRequest
 from baton.testing.factories import add_organisation, push
 
 ALL_KEYS = {
@@ -74,3 +80,201 @@ def test_what_the_fast_path_leaves_gets_the_routes_answers(store: Store, client:
     assert client.post("/schedulers/boefje/pop", params={"limit": 0}).status_code == 422
     assert client.post("/queues/boefje-acme/pop", params={"limit": 1}).status_code == 422  # not a parameter here
     assert client.get("/queues/boefje-acme/pop").status_code == 405
+
+
+# -- push ---------------------------------------------------------------------------------------------
+
+# The route reads `application/json; charset=utf-8` as JSON too, but the fast path leaves it alone:
+# the same push through FastAPI's route.
+ROUTED = {"content-type": "application/json; charset=utf-8"}
+TASK = {"boefje": {"id": "dns-records"}, "input_ooi": "Hostname|internet|example.com"}
+SAME_HEADERS = ("content-type", "content-length")
+
+
+def push_body(priority: int = 3, task_hash: str | None = "h", data: Any = None) -> bytes:
+    return orjson.dumps({"priority": priority, "hash": task_hash, "data": TASK if data is None else data})
+
+
+def both(client: TestClient, path: str, fast_body: bytes, routed_body: bytes | None = None) -> tuple[Any, Any]:
+    """The fast path's answer and the route's, to the same push (or to `routed_body`)."""
+    fast = client.post(path, content=fast_body, headers={"content-type": "application/json"})
+    routed = client.post(path, content=fast_body if routed_body is None else routed_body, headers=ROUTED)
+    return fast, routed
+
+
+def same_answer(fast: Any, routed: Any) -> None:
+    assert fast.status_code == routed.status_code
+    assert fast.content == routed.content
+    assert [(name, fast.headers[name]) for name in SAME_HEADERS] == [
+        (name, routed.headers[name]) for name in SAME_HEADERS
+    ]
+    assert fast.headers["x-request-id"] and routed.headers["x-request-id"]
+
+
+@pytest.fixture
+def counted_pushes(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How often each path ran the push: the fast path's `push_task` and the service's `push`."""
+    calls = {"fast": 0, "service": 0}
+    fast_push, service = fastpath.push_task, client.app.state.queues  # type: ignore[attr-defined]
+    service_push = service.push
+
+    async def counted_fast(*args: Any) -> Any:
+        calls["fast"] += 1
+        return await fast_push(*args)
+
+    async def counted_service(request: PushRequest) -> Any:
+        calls["service"] += 1
+        return await service_push(request)
+
+    monkeypatch.setattr(fastpath, "push_task", counted_fast)
+    monkeypatch.setattr(service, "push", counted_service)
+    return calls
+
+
+def test_the_fast_push_is_the_routes_push(store: Store, client: TestClient, counted_pushes: dict[str, int]) -> None:
+    add_organisation(store, "acme", maxsize=0)
+    fast = client.post("/queues/boefje-acme/push", content=push_body(task_hash="a"))  # no Content-Type
+    routed = client.post("/queues/boefje-acme/push", content=push_body(task_hash="b"), headers=ROUTED)
+    assert counted_pushes == {"fast": 1, "service": 2}  # the second went through the route
+    assert fast.status_code == routed.status_code == 201
+    assert [(name, fast.headers[name]) for name in SAME_HEADERS] == [
+        (name, routed.headers[name]) for name in SAME_HEADERS
+    ]
+    fast_task, routed_task = orjson.loads(fast.content), orjson.loads(routed.content)
+    assert list(fast_task) == list(routed_task) and set(fast_task) == ALL_KEYS  # the same keys in the same order
+    identity = ("id", "hash", "created_at", "modified_at")
+    assert {key: fast_task[key] for key in fast_task if key not in identity} == {
+        key: routed_task[key] for key in routed_task if key not in identity
+    }
+    assert fast_task["hash"] == "a" and fast_task["status"] == "queued" and fast_task["data"] == TASK
+    # The same task pushed again: its priority changes, both ways alike (200 and the same document).
+    again, routed_again = both(client, "/queues/boefje-acme/push", push_body(priority=1, task_hash="a"))
+    assert again.status_code == routed_again.status_code == 200
+    assert orjson.loads(again.content)["id"] == orjson.loads(routed_again.content)["id"] == fast_task["id"]
+    assert again.content.replace(b'"modified_at"', b"") != b"" and orjson.loads(again.content)["priority"] == 1
+    assert orjson.loads(again.content) | {"modified_at": None} == orjson.loads(routed_again.content) | {
+        "modified_at": None
+    }
+    assert client.get("/queues/boefje-acme").json()["size"] == 2
+
+
+def test_a_fast_push_of_an_openkat_job_stores_it_as_the_route_does(store: Store, client: TestClient) -> None:
+    add_organisation(store, "acme", maxsize=0)
+    job = {"boefje": {"id": "dns-records"}, "input_ooi": "Hostname|internet|example.com", "organization": "acme"}
+    fast, routed = both(client, "/queues/boefje-acme/push", push_body(task_hash=None, data=job))
+    assert (fast.status_code, routed.status_code) == (201, 200)  # the job's own hash: the second is the first
+    fast_task, routed_task = fast.json(), routed.json()
+    assert fast_task["data"]["id"] == fast_task["id"] == routed_task["id"]
+    assert fast_task["hash"] == routed_task["hash"] is not None
+    assert client.get("/queues/boefje-acme").json()["size"] == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "headers"),
+    [
+        (b'{"priority": 1}', {}),  # no data
+        (b'{"priority": "1", "data": {}}', {}),  # a string for a number
+        (b'{"priority": 1, "data": {}, "extra": 1}', {}),
+        (b'{"priority": 1, "data": {"x": NaN}}', {}),  # not JSON
+        (b'[{"priority": 1, "data": {}}]', {}),
+        (b'{"priority": 1, "data": {}}', {"content-type": "text/plain"}),
+    ],
+)
+def test_pushes_the_fast_path_refuses_get_the_routes_answer(
+    store: Store, client: TestClient, counted_pushes: dict[str, int], body: bytes, headers: dict[str, str]
+) -> None:
+    add_organisation(store, "acme", maxsize=0)
+    answer = client.post("/queues/boefje-acme/push", content=body, headers=headers)
+    assert answer.status_code == 422 and answer.json()["detail"][0]["loc"][0] == "body"
+    assert counted_pushes == {"fast": 0, "service": 0}
+
+
+def test_odd_requests_are_left_to_the_route(store: Store, client: TestClient, counted_pushes: dict[str, int]) -> None:
+    add_organisation(store, "acme", maxsize=0)
+    query = client.post("/queues/boefje-acme/push", params={"x": 1}, content=push_body())
+    assert query.status_code == 422 and query.json()["detail"][0]["loc"] == ["query", "x"]
+    assert client.post("/queues/boefje-acme/push/", content=push_body(), follow_redirects=False).status_code == 307
+    assert client.put("/queues/boefje-acme/push", content=push_body()).status_code == 405
+    assert client.post("/queues/boefje-acme/push").status_code == 422  # no body
+    assert counted_pushes["fast"] == 0
+
+
+def test_refused_pushes_are_answered_as_the_route_answers_them(
+    store: Store, client: TestClient, counted_pushes: dict[str, int]
+) -> None:
+    add_organisation(store, "acme", maxsize=1)
+    unknown, routed_unknown = both(client, "/queues/boefje-nobody/push", push_body())
+    same_answer(unknown, routed_unknown)
+    assert unknown.status_code == 404 and "boefje-nobody" in unknown.json()["message"]
+
+    too_large = push_body(data={"blob": "x" * 70_000})
+    large, routed_large = both(client, "/queues/boefje-acme/push", too_large)
+    same_answer(large, routed_large)
+    assert large.status_code == 413
+
+    assert client.post("/queues/boefje-acme/push", content=push_body(task_hash="first")).status_code == 201
+    full, routed_full = both(client, "/queues/boefje-acme/push", push_body(task_hash="second"))
+    same_answer(full, routed_full)
+    assert full.status_code == 429
+
+    assert client.patch("/schedulers/boefje-acme", json={"enabled": False}).status_code == 200
+    disabled, routed_disabled = both(client, "/queues/boefje-acme/push", push_body(task_hash="third"))
+    same_answer(disabled, routed_disabled)
+    assert disabled.status_code == 409
+    # Each push ran once: a refusal by the fast path is answered there, not run again by the route.
+    assert counted_pushes == {"fast": 5, "service": 9}
+
+
+@pytest.mark.parametrize("failure", ["outage", "bug"])
+def test_a_push_that_fails_is_answered_where_it_failed_and_not_run_again(
+    store: Store, settings: Settings, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """A push that raised may have written its task (a connection lost after the commit): the fast
+    path answers as the route would (503, or 500 for a bug), and never hands it to the route."""
+    add_organisation(store, "acme", maxsize=0)
+    with TestClient(create_app(settings, store), raise_server_exceptions=False) as client:
+        executor = client.app.state.queues.executor  # type: ignore[attr-defined]
+        calls = []
+
+        async def failing(request: PushRequest, now: Any) -> Any:
+            calls.append(request)
+            if failure == "outage":
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(executor, "push", failing)
+        fast, routed = both(client, "/queues/boefje-acme/push", push_body())
+    assert len(calls) == 2  # once each: the fast path did not hand its failed push to the route
+    assert fast.status_code == routed.status_code == (503 if failure == "outage" else 500)
+    if failure == "outage":
+        same_answer(fast, routed)
+    else:  # the server-error middleware's answer, naming each request's own id
+        for answer in (fast, routed):
+            assert answer.json()["message"].startswith("internal server error (request id ")
+
+
+def test_the_fast_push_keeps_to_the_push_scope(store: Store) -> None:
+    add_organisation(store, "acme", maxsize=0)
+    with store.session() as session:
+        tokens = {
+            name: create_token(session, name, scopes)
+            for name, scopes in {"feeder": [Scope.PUSH], "runner": [Scope.POP], "boss": [Scope.ADMIN]}.items()
+        }
+    settings = Settings(database_url=store.url, auth="on")
+    with TestClient(create_app(settings, store)) as client:
+        path = "/queues/boefje-acme/push"
+        assert client.post(path, content=push_body(task_hash="1")).status_code == 401
+        assert client.post(path, content=push_body(task_hash="1"), headers=bearer("baton_nope")).status_code == 401
+        denied = client.post(path, content=push_body(task_hash="1"), headers=bearer(tokens["runner"]))
+        assert denied.status_code == 403 and "push" in denied.json()["message"]
+        for n, name in enumerate(["feeder", "feeder", "boss", "boss"]):  # first unknown to the cache, then cached
+            assert (
+                client.post(path, content=push_body(task_hash=f"t{n}"), headers=bearer(tokens[name])).status_code == 201
+            )
+        denied_again = client.post(path, content=push_body(task_hash="1"), headers=bearer(tokens["runner"]))
+        assert denied_again.status_code == 403
+        assert client.get("/queues/boefje-acme", headers=bearer(tokens["boss"])).json()["size"] == 4
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}

@@ -1,28 +1,38 @@
-"""The plain pop, answered before FastAPI's routing: `POST /queues/{id}/pop` and
-`POST /schedulers/{scheduler}/pop[?limit=N]` with no body.
+"""The plain pop and push, answered before FastAPI's routing: `POST /queues/{id}/pop`,
+`POST /schedulers/{scheduler}/pop[?limit=N]` with no body, and `POST /queues/{id}/push` with a JSON body.
 
 A job runner's pop is most of the traffic and the smallest request there is, yet FastAPI spends more
 per request on routing, dependency resolution and its Response than the database spends on the pop
-(on SQLite, about as much again). Here such a pop costs a path split and the service call.
+(on SQLite, about as much again). Here such a pop costs a path split and the service call; a push
+costs that and the validation of its body by the route's own model.
 
 Same answer as the routes in `queues.py` and `openkat.py`, byte for byte: the same service call, the
-same documents. Only the case that needs no validation is taken: no body, no query string but a
-well-formed `limit`, and either authentication off or a cached token granting `pop`. Anything else,
-and any error (unknown queue, database outage), goes on to the FastAPI app, which answers as always
-(an error raised here changed nothing: a pop that raises has handed out no task).
+same documents. Only the common case is taken: a pop with no body and no query string but a
+well-formed `limit`; a push with no query string and a body that is JSON (no Content-Type, or
+`application/json`) which the route's model accepts; and either authentication off or a cached token
+granting the scope. Whatever is not taken goes on to the FastAPI app, which answers as always.
+
+What the service call raises is answered where it was raised, by the app's own exception handlers
+(the ones FastAPI's exception middleware would call): a pop that raised has handed out nothing, but
+a push that raised may have written its task (a connection lost after the commit), and running it
+again through the route could queue it twice.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import orjson
 import structlog
-from starlette.types import Scope, Send
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.types import Message, Scope, Send
 
 from baton.api.openkat import pop_target
+from baton.api.queues import push_task
 from baton.api.responses import OPTIONS, openkat_task_document, task_document
-from baton.api.schemas import MAX_LIST_LIMIT
+from baton.api.schemas import MAX_LIST_LIMIT, PushIn
 from baton.service.tokens import Scope as TokenScope
 from baton.service.tokens import grants
 
@@ -40,8 +50,8 @@ def pop_limit(query: bytes) -> int | None:
     return limit if 1 <= limit <= MAX_LIST_LIMIT else None
 
 
-def authorised(scope: Scope, state: Any) -> bool:
-    """Authentication off, or a bearer token the cache knows that grants `pop`."""
+def authorised(scope: Scope, state: Any, needed: TokenScope) -> bool:
+    """Authentication off, or a bearer token the cache knows that grants `needed`."""
     if not state.settings.auth_required:
         return True
     header = next((value for name, value in scope["headers"] if name == b"authorization"), None)
@@ -51,7 +61,7 @@ def authorised(scope: Scope, state: Any) -> bool:
     if scheme.lower() != "bearer" or not token:
         return False
     found = state.token_cache.cached(token)
-    if found is None or not grants(found[1], TokenScope.POP):
+    if found is None or not grants(found[1], needed):
         return False
     structlog.contextvars.bind_contextvars(token=found[0])
     return True
@@ -69,7 +79,7 @@ async def answer_pop(scope: Scope, body: bytes, send: Send) -> bool:
     if limit is None:
         return False
     state = scope["app"].state
-    if not authorised(scope, state):
+    if not authorised(scope, state, TokenScope.POP):
         return False
     queues = getattr(state, "queues", None)
     if queues is None:
@@ -84,8 +94,79 @@ async def answer_pop(scope: Scope, body: bytes, send: Send) -> bool:
         content = task_document(tasks[0]) if tasks else None
     else:
         content = {"results": [openkat_task_document(task) for task in tasks]}
-    payload = orjson.dumps(content, option=OPTIONS)
-    headers = [JSON_HEADERS, (b"content-length", str(len(payload)).encode())]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
+    await send_json(send, 200, content)
     return True
+
+
+def json_body(scope: Scope) -> bool:
+    """Whether the route would read the body as JSON: no Content-Type (`routing.JsonRoute`), or plain
+    `application/json` (anything fancier, even `; charset=utf-8`, is left to the route)."""
+    content_type = next((value for name, value in scope["headers"] if name == b"content-type"), None)
+    return content_type is None or content_type.lower() == b"application/json"
+
+
+def push_body(body: bytes) -> PushIn | None:
+    """The body as the route reads it (orjson, then the route's model), or None for the route to refuse."""
+    try:
+        return PushIn.model_validate(orjson.loads(body))
+    except (orjson.JSONDecodeError, ValidationError):
+        return None
+
+
+async def answer_push(scope: Scope, body: bytes, send: Send) -> bool:
+    """Answer a plain push and return True, or return False having touched nothing."""
+    if scope["method"] != "POST" or not body or scope.get("query_string"):
+        return False
+    parts = scope["path"].split("/")
+    if len(parts) != 4 or parts[0] or parts[1] != "queues" or not parts[2] or parts[3] != "push":
+        return False
+    state = scope["app"].state
+    queues = getattr(state, "queues", None)
+    if queues is None or not json_body(scope) or not authorised(scope, state, TokenScope.PUSH):
+        return False
+    document = push_body(body)
+    if document is None:
+        return False
+    try:
+        content, status = await push_task(queues, parts[2], document)
+    except Exception as exc:
+        await answer_error(scope, exc, send)  # not the route: the push may have been written
+        return True
+    await send_json(send, status, content)
+    return True
+
+
+async def answer_error(scope: Scope, exc: Exception, send: Send) -> None:
+    """The answer of the app's own handler for `exc`, as FastAPI's exception middleware gives it; an
+    error no handler of that middleware takes is raised on, to the server-error middleware, as from
+    a route."""
+    handler = exception_handler(scope["app"].exception_handlers, exc)
+    if handler is None:
+        raise exc
+    response = handler(Request(scope), exc)
+    if inspect.isawaitable(response):
+        response = await response
+    await response(scope, nothing_more, send)
+
+
+def exception_handler(handlers: dict[Any, Any], exc: Exception) -> Any:
+    """The handler FastAPI's exception middleware picks: the nearest class of `exc` with one. That
+    of `Exception` belongs to the server-error middleware, outside this one."""
+    for kind in type(exc).__mro__:
+        if kind is Exception:
+            return None
+        if kind in handlers:
+            return handlers[kind]
+    return None
+
+
+async def nothing_more() -> Message:
+    return {"type": "http.disconnect"}
+
+
+async def send_json(send: Send, status: int, content: Any) -> None:
+    """`content` as `responses.json_response` renders it, with the same headers."""
+    payload = orjson.dumps(content, option=OPTIONS)
+    headers = [(b"content-length", str(len(payload)).encode()), JSON_HEADERS]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})

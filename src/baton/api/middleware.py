@@ -1,7 +1,7 @@
 """Pure ASGI middleware: a request id per request (X-Request-ID in and out), one access log line,
 413 for bodies over the limit (counted as they stream in: Content-Length may be absent or lie),
 422 for text that no database can store (NUL characters, lone UTF-16 surrogates), and the plain pop
-answered without FastAPI's routing (`fastpath.py`)."""
+and push answered without FastAPI's routing (`fastpath.py`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from baton.api.fastpath import answer_pop
+from baton.api.fastpath import answer_pop, answer_push
 from baton.core.logging import get_logger
 
 log = get_logger("baton.api")
@@ -149,7 +149,8 @@ class RequestContextMiddleware:
             await send(message)
 
         try:
-            if not await answer_pop(scope, body, send_with_id):
+            answered = await (answer_push if body else answer_pop)(scope, body, send_with_id)
+            if not answered:
                 await self.app(scope, replay_receive, send_with_id)
         finally:
             log.info(

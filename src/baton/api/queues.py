@@ -17,6 +17,7 @@ from baton.api.responses import json_response, task_document
 from baton.api.schemas import ErrorOut, PopIn, PushIn, QueueOut, TaskOut, filter_tree
 from baton.core.jobs import recognised_job
 from baton.core.model import SchedulerSpec
+from baton.service.queues import QueueService
 from baton.storage.queues import PushRequest
 
 router = routing.router(prefix="/queues", tags=["queues"])
@@ -50,6 +51,12 @@ def get_queue(queue_id: str, store: StoreDep, queues: QueuesDep) -> QueueOut:
     dependencies=[security.PUSH],
 )
 async def push(queue_id: str, body: PushIn, queues: QueuesDep) -> Response:
+    document, status_code = await push_task(queues, queue_id, body)
+    return json_response(document, status_code)
+
+
+async def push_task(queues: QueueService, queue_id: str, body: PushIn) -> tuple[dict[str, Any], int]:
+    """The push of the route and of the fast path (`fastpath.py`): the task document and its status."""
     task_id = uuid.uuid4()
     data, task_hash = body.data, body.hash
     job = openkat_job(queue_id, body.data, task_id)
@@ -64,7 +71,7 @@ async def push(queue_id: str, body: PushIn, queues: QueuesDep) -> Response:
         task_id=task_id,
     )
     result = await queues.push(request)
-    return json_response(task_document(result.task), status.HTTP_201_CREATED if result.created else 200)
+    return task_document(result.task), status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
 
 
 def openkat_job(queue_id: str, data: dict[str, Any], task_id: uuid.UUID) -> tuple[dict[str, Any], str] | None:

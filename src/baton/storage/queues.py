@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Connection, func, select
+from sqlalchemy import ColumnElement, Connection, Update, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -366,6 +366,13 @@ def pop(
     concurrent callers (PostgreSQL: SKIP LOCKED; SQLite: writers are serialised)."""
     dialect: statements.Dialect = "postgresql" if on_postgresql(executable) else "sqlite"
     statement = statements.pop(target, dialect, condition=condition, caps=caps, raw_data=raw_data)
+    return run_pop(executable, statement, target, limit=limit, now=now)
+
+
+def run_pop(
+    executable: Executable, statement: Update, target: PopTarget, *, limit: int, now: datetime
+) -> list[dict[str, Any]]:
+    """Run a pop statement of `statements.pop` built for `target`'s kind (one built once will do)."""
     params = {"queue_": target.queue, "type_": target.type, "limit_": limit, "now_": now}
     rows = [_mapping(row) for row in executable.execute(statement, params)]
     return sort_popped(rows, target)

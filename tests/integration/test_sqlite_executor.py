@@ -1,0 +1,75 @@
+"""The API's SQLite executor pops with statements built once (storage/executors.py): it must hand out
+exactly what the store-level pop (`baton.storage.queues.pop`) would, in the same order, for every
+kind of pop."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from baton.core.model import utcnow
+from baton.storage.engine import Store
+from baton.storage.executors import SQLiteExecutor
+from baton.storage.statements import PopTarget
+from baton.testing.factories import add_organisation, pop, push
+
+TARGETS = [
+    PopTarget(queue="boefje-acme"),
+    PopTarget(type="boefje", fair=True),
+    PopTarget(type="boefje", fair=False),
+]
+
+
+def filled(path: Path) -> Store:
+    store = Store(f"sqlite:///{path}")
+    store.migrate()
+    add_organisation(store, "acme", maxsize=0)
+    add_organisation(store, "beta", maxsize=0, weight=3)
+    for n in range(30):
+        queue = "boefje-acme" if n % 3 else "boefje-beta"
+        push(store, queue, priority=n % 4, data={"n": n}, task_id=uuid.UUID(int=n + 1))
+    return store
+
+
+def popped_by_executor(store: Store, target: PopTarget, limit: int, caps: bool) -> list[list[Any]]:
+    async def drain() -> list[list[Any]]:
+        executor = SQLiteExecutor(store)
+        rounds = []
+        try:
+            while tasks := await executor.pop(target, limit=limit, now=utcnow(), caps=caps):
+                rounds.append([task["id"] for task in tasks])
+        finally:
+            await executor.close()
+        return rounds
+
+    return asyncio.run(drain())
+
+
+def popped_by_store(store: Store, target: PopTarget, limit: int, caps: bool) -> list[list[Any]]:
+    rounds = []
+    queue, kind = target.queue, target.type
+    while tasks := pop(store, queue=queue, task_type=kind, limit=limit, fair=target.fair, caps=caps):
+        rounds.append([task["id"] for task in tasks])
+    return rounds
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["queue", "type-fair", "type-strict"])
+@pytest.mark.parametrize("limit", [1, 4])
+@pytest.mark.parametrize("caps", [False, True])
+def test_the_executor_pops_what_the_store_level_pop_pops(
+    tmp_path: Path, target: PopTarget, limit: int, caps: bool
+) -> None:
+    if caps and target.queue is not None:
+        pytest.skip("caps apply to pops by type")
+    api, reference = filled(tmp_path / "api.db"), filled(tmp_path / "reference.db")
+    try:
+        by_executor = popped_by_executor(api, target, limit, caps)
+        assert by_executor == popped_by_store(reference, target, limit, caps)
+        assert sum(len(ids) for ids in by_executor) == (20 if target.queue else 30)
+    finally:
+        api.dispose()
+        reference.dispose()
