@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 
 from baton.core.model import TaskStatus
 from baton.storage.engine import Store, libpq_conninfo
-from baton.storage.wakeups import APPLICATION_NAME
+from baton.storage.wakeups import APPLICATION_NAME, ChangeWatcher
 from baton.testing.factories import add_organisation, finish, pop, push
 from baton.testing.servers import api_replicas
 from baton.testing.waiting import free_port, wait_until
@@ -284,3 +284,22 @@ def test_the_wait_parameter_is_documented(client: TestClient) -> None:
         assert "BATON_POP_MAX_WAIT_SECONDS" in wait["description"] and wait["in"] == "query"
         assert wait["schema"]["minimum"] == 0 and wait["schema"]["maximum"] == 30  # the setting's default
         assert "429" in paths[path]["post"]["responses"]
+
+
+def test_the_sqlite_watcher_sees_only_real_changes(tmp_path: Any) -> None:
+    """Between two looks the counter moves only when another connection committed (and reading it
+    works: a watcher that could not read would wake every waiter at every interval)."""
+    store = Store(f"sqlite:///{tmp_path / 'watched.db'}")
+    store.migrate()
+    add_organisation(store, "acme")
+    watcher = ChangeWatcher(store, interval=1.0)
+    try:
+        first = watcher._data_version()
+        assert first is not None and watcher._data_version() == first
+        push(store, "boefje-acme")
+        after_commit = watcher._data_version()
+        assert after_commit is not None and after_commit != first
+        assert watcher._data_version() == after_commit
+    finally:
+        watcher._forget_connection()
+        store.dispose()

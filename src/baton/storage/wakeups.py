@@ -195,10 +195,12 @@ class ChangeWatcher(_Background):
         try:
             if self._connection is None:
                 raw = self._store.engine.raw_connection()
-                raw.detach()  # ours for good: data_version compares commits with this connection's view
-                self._connection = raw
-            # The driver connection directly: SQLAlchemy would open a write transaction first.
-            row = self._connection.driver_connection.execute("PRAGMA data_version").fetchone()
+                # The driver's connection, ours for good: data_version compares commits with this
+                # connection's view, and SQLAlchemy would open a write transaction first.
+                driver = raw.driver_connection
+                raw.detach()
+                self._connection = driver
+            row = self._connection.execute("PRAGMA data_version").fetchone()
             return int(row[0])
         except Exception as exc:  # a broken file: forget the connection, wake everyone, try again later
             log.warning("cannot watch the SQLite file for queued tasks", error=str(exc))
