@@ -1,6 +1,6 @@
-"""The API's SQLite executor pops with statements built once (storage/executors.py): it must hand out
-exactly what the store-level pop (`baton.storage.queues.pop`) would, in the same order, for every
-kind of pop."""
+"""Pops run statements built once per kind (`statements.plain_pop`, used by the store-level pop and so
+by the API's SQLite executor): the executor must hand out exactly what a pop statement built afresh
+for each call hands out, in the same order, for every kind of pop."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from baton.core.model import utcnow
+from baton.storage import queues, statements
 from baton.storage.engine import Store
 from baton.storage.executors import SQLiteExecutor
 from baton.storage.statements import PopTarget
-from baton.testing.factories import add_organisation, pop, push
+from baton.testing.factories import add_organisation, push
 
 TARGETS = [
     PopTarget(queue="boefje-acme"),
@@ -49,12 +50,15 @@ def popped_by_executor(store: Store, target: PopTarget, limit: int, caps: bool) 
     return asyncio.run(drain())
 
 
-def popped_by_store(store: Store, target: PopTarget, limit: int, caps: bool) -> list[list[Any]]:
+def popped_by_fresh_statements(store: Store, target: PopTarget, limit: int, caps: bool) -> list[list[Any]]:
     rounds = []
-    queue, kind = target.queue, target.type
-    while tasks := pop(store, queue=queue, task_type=kind, limit=limit, fair=target.fair, caps=caps):
+    while True:
+        with store.engine.begin() as conn:
+            statement = statements.pop(target, "sqlite", caps=caps, raw_data=True)  # built for this call
+            tasks = queues.run_pop(conn, statement, target, limit=limit, now=utcnow())
+        if not tasks:
+            return rounds
         rounds.append([task["id"] for task in tasks])
-    return rounds
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=["queue", "type-fair", "type-strict"])
@@ -68,7 +72,7 @@ def test_the_executor_pops_what_the_store_level_pop_pops(
     api, reference = filled(tmp_path / "api.db"), filled(tmp_path / "reference.db")
     try:
         by_executor = popped_by_executor(api, target, limit, caps)
-        assert by_executor == popped_by_store(reference, target, limit, caps)
+        assert by_executor == popped_by_fresh_statements(reference, target, limit, caps)
         assert sum(len(ids) for ids in by_executor) == (20 if target.queue else 30)
     finally:
         api.dispose()

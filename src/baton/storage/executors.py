@@ -4,7 +4,7 @@
   once and sent as one round trip (psycopg prepares it server-side after a few uses). No thread hop,
   no ORM, no transaction round trips; `data` comes back as JSON text and goes to the client as is.
   Pops with filters (compiled per request) run on the SQLAlchemy engine in a thread.
-- `SQLiteExecutor`: the same statements through SQLAlchemy (the pop built once, as the others are), on
+- `SQLiteExecutor`: the same statements through SQLAlchemy (the store-level ones, built once), on
   the event loop's thread while SQLite's write lock is free at once, else on one dedicated thread that
   waits for it (see the class).
 - `ThreadExecutor`: the same statements through SQLAlchemy on dedicated threads (the PostgreSQL
@@ -28,7 +28,7 @@ import orjson
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
-from sqlalchemy import Connection, Update
+from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
 from baton.core.errors import ConflictError
@@ -124,14 +124,6 @@ class SQLiteExecutor(ThreadExecutor):
         super().__init__(store, threads=1)
         self._inline: Connection | None = None
 
-    async def pop(
-        self, target: PopTarget, *, limit: int, now: datetime, tree: FilterTree | None = None, caps: bool = False
-    ) -> list[dict[str, Any]]:
-        if tree is not None:
-            return await super().pop(target, limit=limit, now=now, tree=tree, caps=caps)
-        statement = _sqlite_pop(target.queue is not None, target.fair, caps)
-        return await self._transaction(lambda conn: queues.run_pop(conn, statement, target, limit=limit, now=now))
-
     def _loop_connection(self) -> Connection:
         if self._inline is None:
             conn = self.store.engine.connect()
@@ -174,21 +166,12 @@ class SQLiteExecutor(ThreadExecutor):
 
 
 @cache
-def _sqlite_pop(by_queue: bool, fair: bool, caps: bool) -> Update:
-    """The pop without a filter for SQLite, built once: building the statement and SQLAlchemy's cache
-    key for it took more than twice as long as running it."""
-    target = PopTarget(queue="?", fair=fair) if by_queue else PopTarget(type="?", fair=fair)
-    return statements.pop(target, "sqlite", caps=caps, raw_data=True)
-
-
-@cache
 def _compiled(statement_key: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
     """SQL text and default parameters of one hot statement for psycopg, compiled once."""
     kind = statement_key[0]
     if kind == "pop":
         _, by_queue, fair, caps = statement_key
-        target = PopTarget(queue="?", fair=fair) if by_queue else PopTarget(type="?", fair=fair)
-        statement: Any = statements.pop(target, "postgresql", caps=caps, raw_data=True)
+        statement: Any = statements.plain_pop(by_queue, fair, "postgresql", caps, raw_data=True)
     elif kind == "push":
         statement = statements.push_postgresql(statement_key[1], raw_data=True)
     elif kind == "queue_exists":

@@ -365,14 +365,17 @@ def pop(
     """Hand out up to `limit` tasks, best first; each task to one caller only, whatever the number of
     concurrent callers (PostgreSQL: SKIP LOCKED; SQLite: writers are serialised)."""
     dialect: statements.Dialect = "postgresql" if on_postgresql(executable) else "sqlite"
-    statement = statements.pop(target, dialect, condition=condition, caps=caps, raw_data=raw_data)
+    if condition is None:
+        statement = statements.plain_pop(target.queue is not None, target.fair, dialect, caps, raw_data)
+    else:
+        statement = statements.pop(target, dialect, condition=condition, caps=caps, raw_data=raw_data)
     return run_pop(executable, statement, target, limit=limit, now=now)
 
 
 def run_pop(
     executable: Executable, statement: Update, target: PopTarget, *, limit: int, now: datetime
 ) -> list[dict[str, Any]]:
-    """Run a pop statement of `statements.pop` built for `target`'s kind (one built once will do)."""
+    """Run a pop statement of `statements.pop` built for `target`'s kind."""
     params = {"queue_": target.queue, "type_": target.type, "limit_": limit, "now_": now}
     rows = [_mapping(row) for row in executable.execute(statement, params)]
     return sort_popped(rows, target)

@@ -165,6 +165,14 @@ def pop(
 
 
 @cache
+def plain_pop(by_queue: bool, fair: bool, dialect: Dialect, caps: bool = False, raw_data: bool = False) -> Update:
+    """The pop without a filter, built once per kind: building it and SQLAlchemy's cache key for it
+    took longer than running it on SQLite."""
+    target = PopTarget(queue="?", fair=fair) if by_queue else PopTarget(type="?", fair=fair)
+    return pop(target, dialect, caps=caps, raw_data=raw_data)
+
+
+@cache
 def pop_sql(dialect: Dialect = "postgresql", by_type: bool = False, fair: bool = True) -> str:
     """The pop statement as the database receives it: for the README, the benchmarks and a snapshot
     test, so nobody keeps a hand copy."""
