@@ -61,14 +61,20 @@ def popped_by_fresh_statements(store: Store, target: PopTarget, limit: int, caps
         rounds.append([task["id"] for task in tasks])
 
 
-@pytest.mark.parametrize("target", TARGETS, ids=["queue", "type-fair", "type-strict"])
-@pytest.mark.parametrize("limit", [1, 4])
-@pytest.mark.parametrize("caps", [False, True])
+# Caps apply to pops by type only.
+CASES = [
+    pytest.param(target, limit, caps, id=f"{name}-limit{limit}-{'caps' if caps else 'nocaps'}")
+    for target, name in zip(TARGETS, ["queue", "type-fair", "type-strict"], strict=True)
+    for limit in (1, 4)
+    for caps in (False, True)
+    if not (caps and target.queue is not None)
+]
+
+
+@pytest.mark.parametrize(("target", "limit", "caps"), CASES)
 def test_the_executor_pops_what_the_store_level_pop_pops(
     tmp_path: Path, target: PopTarget, limit: int, caps: bool
 ) -> None:
-    if caps and target.queue is not None:
-        pytest.skip("caps apply to pops by type")
     api, reference = filled(tmp_path / "api.db"), filled(tmp_path / "reference.db")
     try:
         by_executor = popped_by_executor(api, target, limit, caps)
