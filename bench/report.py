@@ -625,8 +625,8 @@ def _lease_settings(settings: dict[str, Any]) -> str:
     ]
     if "worker_round_s" in settings:
         parts.append(f"worker round {settings['worker_round_s']:g} s")
-    if "worker_threads" in settings:
-        parts.append(f"{settings['worker_threads']} threads per worker for its schedulers' turns")
+    if "scheduler_threads" in settings:
+        parts.append(f"{settings['scheduler_threads']} threads per worker for its schedulers' turns")
     if "reconcile_interval_s" in settings:
         parts.append(f"reconcile interval {settings['reconcile_interval_s']:g} s")
     if "poll_interval_s" in settings:

@@ -212,7 +212,7 @@ def run(ctx: Context) -> dict[str, Any]:
             "renew_deadline_s": LEASES.renew_deadline_seconds,
             "retry_period_s": LEASES.retry_period_seconds,
             "worker_round_s": WORKER_ROUND_SECONDS,
-            "worker_threads": Settings().worker_threads,
+            "scheduler_threads": Settings().scheduler_threads,
             "poll_interval_s": POLL_INTERVAL_SECONDS,
         },
         "targets": {"sigkill_handover_s": KILL_TARGET_SECONDS, "sigterm_handover_s": TERM_TARGET_SECONDS},

@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from baton.control.organisations import OrganisationWatcher, organisation_applier
-from baton.control.tickpool import TickPool
+from baton.control.runners import ThreadRunner
 from baton.core.model import SchedulerSpec, SchedulerType, utcnow
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
@@ -139,10 +139,12 @@ def test_events_flow_from_rabbitmq_into_tasks_on_a_workers_shared_thread(store: 
     publisher = Publisher(amqp_url)
     for n in range(20):
         publisher.publish_event(org, raw_event(f"raw{n}"))
-    settings = Settings(database_url=store.url, amqp_url=amqp_url, amqp_enabled=True, poll_interval_seconds=0.02)
+    settings = Settings(
+        database_url=store.url, amqp_url=amqp_url, amqp_enabled=True, poll_interval_seconds=0.02, scheduler_threads=1
+    )
     context = scheduler_context(store, settings, "worker", broker_wait_seconds=0.0)
     context.leases().start_in_background()
-    pool = TickPool(context, threads=1)
+    pool = ThreadRunner(context)
     spec = SchedulerSpec(org, SchedulerType.NORMALIZER)
     try:
         claims = context.leases().claim([spec.id], runner="worker")

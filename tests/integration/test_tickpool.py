@@ -1,4 +1,5 @@
-"""A worker's schedulers taking turns on a few threads (control/tickpool.py), on both backends."""
+"""The thread runner's schedulers taking turns on a few threads (control/tickpool.py), on both backends:
+the calls a worker makes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 from sqlalchemy.orm import Session
 
-from baton.control.tickpool import TickPool
+from baton.control.runners import ThreadRunner
 from baton.core.model import SchedulerSpec, SchedulerState
 from baton.ingest.events import Delivery
 from baton.ingest.schedulers import SchedulerContext
@@ -72,13 +73,17 @@ def organisations(store: Store) -> list[str]:
 @pytest.fixture
 def pool_and_turns(
     store: Store, organisations: list[str], request: pytest.FixtureRequest
-) -> Iterator[tuple[TickPool, Turns]]:
+) -> Iterator[tuple[ThreadRunner, Turns]]:
     turns = Turns(failing=getattr(request, "param", None))
     context = SchedulerContext(
-        store=store, settings=fast_settings(store.url), runner="worker", location="test", source_factory=turns.source
+        store=store,
+        settings=fast_settings(store.url, scheduler_threads=2),
+        runner="worker",
+        location="test",
+        source_factory=turns.source,
     )
     context.leases().start_in_background()
-    pool = TickPool(context, threads=2)
+    pool = ThreadRunner(context)
     try:
         yield pool, turns
     finally:
@@ -86,7 +91,7 @@ def pool_and_turns(
         context.leases().stop()
 
 
-def claim_everything(pool: TickPool) -> list[str]:
+def claim_everything(pool: ThreadRunner) -> list[str]:
     claims = pool.context.leases().claim_unowned(1000, runner="worker")
     return pool.launch_claimed([(SchedulerSpec.parse(claim.scheduler_id), claim) for claim in claims])
 
@@ -103,7 +108,7 @@ def event_driven(ids: list[str]) -> list[str]:
 
 
 def test_many_schedulers_take_turns_on_two_threads_one_turn_at_a_time(
-    store: Store, pool_and_turns: tuple[TickPool, Turns]
+    store: Store, pool_and_turns: tuple[ThreadRunner, Turns]
 ) -> None:
     pool, turns = pool_and_turns
     started = claim_everything(pool)
@@ -119,7 +124,7 @@ def test_many_schedulers_take_turns_on_two_threads_one_turn_at_a_time(
 
 
 def test_stopped_schedulers_give_their_rows_up_and_shutdown_gives_up_the_rest(
-    store: Store, pool_and_turns: tuple[TickPool, Turns]
+    store: Store, pool_and_turns: tuple[ThreadRunner, Turns]
 ) -> None:
     pool, turns = pool_and_turns
     started = claim_everything(pool)
@@ -138,7 +143,9 @@ def test_stopped_schedulers_give_their_rows_up_and_shutdown_gives_up_the_rest(
 
 
 @pytest.mark.parametrize("pool_and_turns", ["normalizer-org3"], indirect=True)
-def test_a_failing_scheduler_ends_alone_and_is_dropped(store: Store, pool_and_turns: tuple[TickPool, Turns]) -> None:
+def test_a_failing_scheduler_ends_alone_and_is_dropped(
+    store: Store, pool_and_turns: tuple[ThreadRunner, Turns]
+) -> None:
     pool, turns = pool_and_turns
     started = claim_everything(pool)
     assert wait_until(lambda: pool.forget_dead() == ["normalizer-org3"], 30)

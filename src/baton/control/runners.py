@@ -2,12 +2,12 @@
 
 The director calls `start`, `stop`, `list`, `status` and, once per reconcile round, `supervise`,
 which restarts schedulers that died, with exponential backoff. The scheduler code is the same in
-every runner: a thread runs `Scheduler.run()` directly, a child process runs `baton standalone`.
+every runner: the thread runner takes it through its turns on a few shared threads (tickpool.py), a
+child process runs `baton standalone`, which calls `Scheduler.run()`.
 """
 
 from __future__ import annotations
 
-import _thread
 import builtins
 import ctypes
 import os
@@ -17,10 +17,11 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from baton.control.tickpool import TickPool, Turns
 from baton.core.backoff import RESTART, Backoff, fresh
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec, SchedulerState
@@ -204,72 +205,42 @@ class SupervisingRunner(ABC, Generic[Handle]):
             self._terminate(entry.handle, timeout)
 
 
-class SchedulerThread:
-    """A scheduler's thread, started without waiting for it to run.
-
-    `threading.Thread.start()` returns only once the new thread has run, which takes one turn of
-    the interpreter lock, in line behind every busy thread. Starting 1,500 schedulers in a worker
-    whose other 1,500 were busy took 7 s that way, one turn after another, before the first of them
-    ran. `_thread.start_new_thread` (the low-level API `threading` is built on) returns at once; the
-    new threads then take their turns side by side.
-    """
-
-    def __init__(self, target: Callable[[], None], name: str) -> None:
-        self.name = name
-        self._target = target
-        self._done = threading.Event()
-
-    def start(self) -> None:
-        _thread.start_new_thread(self._run, ())
-
-    def _run(self) -> None:
-        try:
-            self._target()
-        finally:
-            self._done.set()
-
-    def is_alive(self) -> bool:
-        return not self._done.is_set()
-
-    def join(self, timeout: float | None = None) -> None:
-        self._done.wait(timeout)
-
-
 @dataclass
 class ThreadHandle:
     scheduler: Scheduler
-    thread: SchedulerThread
+    turns: Turns
 
 
 class ThreadRunner(SupervisingRunner[ThreadHandle]):
-    """Schedulers as threads of this process (the embedded `baton serve`)."""
+    """Schedulers in this process (the embedded `baton serve`, a worker), taking turns on a few
+    threads (control/tickpool.py, `BATON_SCHEDULER_THREADS`) rather than a thread each."""
 
     name = "thread"
 
     def __init__(self, context: SchedulerContext) -> None:
         super().__init__(context.store)
         self.context = context
+        self.pool = TickPool(context.settings.scheduler_threads)
         self._winding_down: builtins.list[ThreadHandle] = []  # told to stop, not waited for
 
     def launch_claimed(self, specs_and_claims: builtins.list[tuple[SchedulerSpec, Claim]]) -> builtins.list[str]:
         """Run schedulers whose rows were claimed already (a worker's share)."""
         started = []
-        gate = threading.Event()
         with self._lock:
             for spec, claim in specs_and_claims:
                 if spec.id not in self._entries:
-                    self._entries[spec.id] = Supervised(spec, self._launch(spec, claim, gate))
+                    self._entries[spec.id] = Supervised(spec, self._launch(spec, claim))
                     started.append(spec.id)
-        gate.set()
         return started
 
     def forget_dead(self) -> builtins.list[str]:
-        """Drop schedulers whose thread ended (stopped, failed or fenced) instead of restarting them:
-        for a worker, whose rows any peer may claim again."""
+        """Drop schedulers that ended (stopped, failed or fenced) instead of restarting them: for a
+        worker, whose rows any peer may claim again."""
         with self._lock:
-            dead = [scheduler_id for scheduler_id, entry in self._entries.items() if not entry.handle.thread.is_alive()]
+            dead = [scheduler_id for scheduler_id, entry in self._entries.items() if not self._alive(entry.handle)]
             for scheduler_id in dead:
                 del self._entries[scheduler_id]
+            self._winding_down = [handle for handle in self._winding_down if self._alive(handle)]
         return dead
 
     def follow_leader(self, term: int | None) -> None:
@@ -283,18 +254,15 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
             wanted = [spec for spec in specs if spec.id not in self._entries]
         if not wanted:
             return []
-        ownership = self.context.leases()
-        ownership.start_in_background()
-        claims = ownership.claim([spec.id for spec in wanted], runner=self.name)
+        self.context.leases().start_in_background()
+        claims = self.context.leases().claim([spec.id for spec in wanted], runner=self.name)
         started = []
-        gate = threading.Event()
         with self._lock:
             for spec in wanted:
                 claim = claims.get(spec.id)
                 if claim is not None and spec.id not in self._entries:
-                    self._entries[spec.id] = Supervised(spec, self._launch(spec, claim, gate))
+                    self._entries[spec.id] = Supervised(spec, self._launch(spec, claim))
                     started.append(spec.id)
-        gate.set()
         if started:
             log.info("schedulers started", count=len(started), runner=self.name)
         return started
@@ -302,27 +270,14 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
     def _owner_prefix(self, handle: ThreadHandle) -> str:
         return self.context.leases().owner
 
-    def _launch(
-        self, spec: SchedulerSpec, claim: Claim | None = None, gate: threading.Event | None = None
-    ) -> ThreadHandle:
-        """`gate`: a batch's threads wait for it before doing anything, so they do not compete with
-        the thread starting the rest of the batch."""
+    def _launch(self, spec: SchedulerSpec, claim: Claim | None = None) -> ThreadHandle:
+        """Without `claim`, the scheduler claims its row in its first turns."""
+        self.context.leases().start_in_background()
         scheduler = build_scheduler(spec, self.context, claim)
-        thread = SchedulerThread(lambda: self._run(scheduler, gate), name=f"scheduler-{spec.id}")
-        thread.start()
-        return ThreadHandle(scheduler, thread)
-
-    @staticmethod
-    def _run(scheduler: Scheduler, gate: threading.Event | None = None) -> None:
-        if gate is not None:
-            gate.wait()
-        try:
-            scheduler.run()
-        except Exception:  # already logged and recorded by the scheduler; supervise() restarts it
-            return
+        return ThreadHandle(scheduler, self.pool.file(scheduler))
 
     def _alive(self, handle: ThreadHandle) -> bool:
-        return handle.thread.is_alive()
+        return handle.turns.is_alive()
 
     def _terminate(self, handle: ThreadHandle, timeout: float) -> None:
         self._stop_together([handle], timeout)
@@ -333,6 +288,7 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
             self._entries.clear()
             self._winding_down = []
         self._stop_together(handles, timeout)
+        self.pool.close(timeout)
 
     def stop_many(self, scheduler_ids: Iterable[str], timeout: float = 10.0, wait: bool = True) -> None:
         """Stop these schedulers; with `wait=False` only tell them (shutdown still waits for them)."""
@@ -340,24 +296,21 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
             entries = [self._entries.pop(scheduler_id, None) for scheduler_id in scheduler_ids]
             handles = [entry.handle for entry in entries if entry is not None]
             if not wait:
-                self._winding_down = [h for h in self._winding_down if h.thread.is_alive()] + handles
+                self._winding_down = [h for h in self._winding_down if self._alive(h)] + handles
         if wait:
             self._stop_together(handles, timeout)
         else:
-            for handle in handles:
-                handle.scheduler.stop()
+            self.pool.stop(handle.turns for handle in handles)
 
-    @staticmethod
-    def _stop_together(handles: builtins.list[ThreadHandle], timeout: float) -> None:
-        """Tell every scheduler to stop, then wait for them: they give their rows up in parallel,
-        not one after another (a worker holds thousands; a SIGTERM hand-over must be quick)."""
-        for handle in handles:
-            handle.scheduler.stop()
+    def _stop_together(self, handles: builtins.list[ThreadHandle], timeout: float) -> None:
+        """Tell every scheduler to stop (their turns come at once), then wait for them: they give
+        their rows up in parallel, not one after another (a SIGTERM hand-over must be quick)."""
+        self.pool.stop(handle.turns for handle in handles)
         deadline = time.monotonic() + timeout
         for handle in handles:
-            handle.thread.join(max(0.0, deadline - time.monotonic()))
-            if handle.thread.is_alive():
-                log.warning("scheduler thread did not stop in time", scheduler=handle.scheduler.id)
+            handle.turns.join(max(0.0, deadline - time.monotonic()))
+            if handle.turns.is_alive():
+                log.warning("scheduler did not stop in time", scheduler=handle.scheduler.id)
 
 
 PR_SET_PDEATHSIG = 1

@@ -1,15 +1,17 @@
-"""A worker's schedulers, taking turns on a few threads.
+"""Schedulers taking turns on a few threads: how the thread runner (a director's, a worker's) runs
+them.
 
-A worker holds its fair share of every scheduler, a thousand or more. As one thread each, a
-hand-over meant starting 1,500 threads on two cores the leaving worker's 1,500 were also winding
-down on: 6-35 s before all ran. Here a scheduler is an entry in a timetable: `launch_claimed` only
-files it (microseconds), and a handful of threads run whichever scheduler's turn is due next: its
-`begin`, then one `step` at a time, each telling when its next turn is, then its `end`. The
-scheduler code is the one a thread or a process runs (`Scheduler.run` is the same four calls).
+A worker holds its fair share of every scheduler, a thousand or more; a director's thread runner all
+of them. As one thread each, a hand-over meant starting 1,500 threads on two cores that the leaving
+worker's 1,500 were also winding down on (6-35 s before all ran), and a director's 3,000 threads
+took anywhere from 1 to 56 s to take their first turns. Here a scheduler is an entry in a
+timetable: `file` costs microseconds, and a handful of threads run whichever scheduler's turn is due
+next: its claim (retried every retry period while another owner holds the row), its `begin`, then
+one `step` at a time, each saying when its next turn is, then its `end`. The scheduler code is the
+one a process runs (`Scheduler.run` makes the same calls in a loop of its own).
 
-A stopped scheduler's turn is brought forward, so its row is given up at once; a scheduler that
-fails or is fenced ends and is dropped by `forget_dead` (a worker's rows go back to the pool).
-Turns never overlap for one scheduler: an entry is in the timetable or being run, never both.
+A stopped scheduler's turn is brought forward, so its row is given up at once. Turns of one
+scheduler never overlap: an entry is in the timetable or being run, never both.
 """
 
 from __future__ import annotations
@@ -23,120 +25,93 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from baton.core.logging import get_logger
-from baton.core.model import SchedulerSpec
-from baton.ingest.schedulers import Scheduler, SchedulerContext, build_scheduler
-from baton.storage.leases import Claim
+from baton.ingest.schedulers import Scheduler
 
 log = get_logger("baton.tickpool")
 
 
 @dataclass(eq=False)
-class _Entry:
+class Turns:
+    """One scheduler in the timetable; alive until its `end` ran."""
+
     scheduler: Scheduler
+    taken: bool = False
     begun: bool = False
     turn: int = 0  # the timetable slot that is current; older slots of this entry are skipped
     running: bool = False
     ended: threading.Event = field(default_factory=threading.Event)
 
+    def is_alive(self) -> bool:
+        return not self.ended.is_set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.ended.wait(timeout)
+
 
 class TickPool:
-    """Runs claimed schedulers on `threads` threads; the interface a worker needs of a runner."""
+    """Runs schedulers' turns on `threads` threads, started with the first scheduler filed."""
 
-    name = "worker"
-
-    def __init__(self, context: SchedulerContext, threads: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.context = context
+    def __init__(self, threads: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.size = threads
         self._clock = clock
-        self._entries: dict[str, _Entry] = {}
-        self._winding_down: builtins.list[_Entry] = []  # told to stop, not ended yet
-        self._timetable: builtins.list[tuple[float, int, int, _Entry]] = []  # (due, order, turn, entry)
+        self._timetable: builtins.list[tuple[float, int, int, Turns]] = []  # (due, order, turn, entry)
         self._order = itertools.count()
         self._cond = threading.Condition()
+        self._threads: builtins.list[threading.Thread] = []
         self._closing = False
-        self._threads = [
-            threading.Thread(target=self._serve, name=f"tickpool-{n}", daemon=True) for n in range(threads)
-        ]
-        for thread in self._threads:
-            thread.start()
 
-    # -- what a worker calls ------------------------------------------------------------------------
-
-    def launch_claimed(self, specs_and_claims: builtins.list[tuple[SchedulerSpec, Claim]]) -> builtins.list[str]:
-        """File schedulers whose rows were claimed already; their first turns come at once."""
-        started = []
+    def file(self, scheduler: Scheduler) -> Turns:
+        """Add a scheduler (claimed already, or to claim in its first turn); its first turn is now.
+        A claimed one is held at once: its row is renewed from this moment, never left unheld."""
+        entry = Turns(scheduler)
+        if scheduler.claim is not None:
+            scheduler.take(scheduler.claim)
+            entry.taken = True
         with self._cond:
-            for spec, claim in specs_and_claims:
-                if spec.id in self._entries:
-                    continue
-                scheduler = build_scheduler(spec, self.context, claim)
-                scheduler.take(claim)
-                entry = _Entry(scheduler)
-                self._entries[spec.id] = entry
-                self._file(entry, self._clock())
-                started.append(spec.id)
+            self._start_threads()
+            self._file(entry, self._clock())
+            self._cond.notify()
+        return entry
+
+    def stop(self, entries: Iterable[Turns]) -> None:
+        """Tell these schedulers to stop, and bring the turns of those waiting forward to now."""
+        now = self._clock()
+        with self._cond:
+            for entry in entries:
+                entry.scheduler.stop()
+                if not entry.running and entry.is_alive():
+                    self._file(entry, now)
             self._cond.notify_all()
-        return started
 
-    def list(self) -> builtins.list[SchedulerSpec]:
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the threads once the timetable is idle (filing again starts them anew)."""
         with self._cond:
-            return [entry.scheduler.spec for entry in self._entries.values()]
-
-    def forget_dead(self) -> builtins.list[str]:
-        """Drop schedulers that ended on their own (failed, fenced): any worker may claim them again."""
-        with self._cond:
-            dead = [sid for sid, entry in self._entries.items() if entry.ended.is_set()]
-            for scheduler_id in dead:
-                del self._entries[scheduler_id]
-            self._winding_down = [entry for entry in self._winding_down if not entry.ended.is_set()]
-        return dead
-
-    def stop_many(self, scheduler_ids: Iterable[str], timeout: float = 10.0, wait: bool = True) -> None:
-        """Stop these schedulers (their turns come at once); with `wait=False` only tell them."""
-        with self._cond:
-            entries = [entry for entry in (self._entries.pop(sid, None) for sid in scheduler_ids) if entry]
-            self._winding_down.extend(entries)
-            self._stop_entries(entries)
-        if wait:
-            self._wait_ended(entries, timeout)
-
-    def shutdown(self, timeout: float = 10.0) -> None:
-        """Stop every scheduler, wait for them to give their rows up, then stop the threads."""
-        with self._cond:
-            entries = [*self._entries.values(), *self._winding_down]
-            self._entries.clear()
-            self._winding_down = []
-            self._stop_entries(entries)
-        self._wait_ended(entries, timeout)
-        with self._cond:
+            threads, self._threads = self._threads, []
             self._closing = True
             self._cond.notify_all()
         deadline = self._clock() + timeout
-        for thread in self._threads:
+        for thread in threads:
             thread.join(max(0.0, deadline - self._clock()))
 
     # -- the timetable ------------------------------------------------------------------------------
 
-    def _file(self, entry: _Entry, due: float) -> None:
+    def _start_threads(self) -> None:
+        """Under the lock."""
+        if self._threads:
+            return
+        self._closing = False
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"tickpool-{n}", daemon=True) for n in range(self.size)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _file(self, entry: Turns, due: float) -> None:
         """Under the lock: `entry`'s next turn is at `due` (any earlier slot of it is void)."""
         entry.turn += 1
         heapq.heappush(self._timetable, (due, next(self._order), entry.turn, entry))
 
-    def _stop_entries(self, entries: builtins.list[_Entry]) -> None:
-        """Under the lock: tell them, and bring the turns of those waiting forward to now."""
-        now = self._clock()
-        for entry in entries:
-            entry.scheduler.stop()
-            if not entry.running and not entry.ended.is_set():
-                self._file(entry, now)
-        self._cond.notify_all()
-
-    def _wait_ended(self, entries: builtins.list[_Entry], timeout: float) -> None:
-        deadline = self._clock() + timeout
-        for entry in entries:
-            if not entry.ended.wait(max(0.0, deadline - self._clock())):
-                log.warning("scheduler did not stop in time", scheduler=entry.scheduler.id)
-
-    def _next_due(self) -> _Entry | None:
+    def _next_due(self) -> Turns | None:
         """Block until some entry's turn is due; None once the pool closes."""
         with self._cond:
             while not self._closing:
@@ -144,7 +119,7 @@ class TickPool:
                     self._cond.wait()
                     continue
                 due, _, turn, entry = self._timetable[0]
-                if turn != entry.turn or entry.ended.is_set():
+                if turn != entry.turn or not entry.is_alive():
                     heapq.heappop(self._timetable)  # a void slot
                     continue
                 wait = due - self._clock()
@@ -169,12 +144,18 @@ class TickPool:
                 self._end(entry)
 
     @staticmethod
-    def _take_turn(entry: _Entry) -> float | None:
+    def _take_turn(entry: Turns) -> float | None:
         """Run one turn; the pause before the next, or None when the scheduler is done."""
         scheduler = entry.scheduler
         if scheduler.stopping:
             return None
         try:
+            if not entry.taken:
+                claim = scheduler.try_claim()
+                if claim is None:  # held elsewhere until its lease ends (or its organisation is gone)
+                    return scheduler.settings.leases.retry_period_seconds
+                scheduler.take(claim)
+                entry.taken = True
             if not entry.begun:
                 entry.begun = True
                 scheduler.begin()
@@ -185,9 +166,10 @@ class TickPool:
             return None
 
     @staticmethod
-    def _end(entry: _Entry) -> None:
+    def _end(entry: Turns) -> None:
         try:
-            entry.scheduler.end()
+            if entry.taken:
+                entry.scheduler.end()
         except Exception:
             log.exception("scheduler did not end cleanly", scheduler=entry.scheduler.id)
         finally:

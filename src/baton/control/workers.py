@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from baton.control.tickpool import TickPool
+from baton.control.runners import ThreadRunner
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec
 from baton.core.settings import Settings
@@ -52,7 +52,7 @@ class Worker(BackgroundService):
         self.settings = settings
         self.ownership = context.leases()
         self.id = self.ownership.owner
-        self.runner = TickPool(context, settings.worker_threads)
+        self.runner = ThreadRunner(context)
         self.round_seconds = min(1.0, settings.leases.retry_period_seconds)
         self.pool_changes = leases.PoolChanges(store.url, self._stop)
         self._joined = False

@@ -105,12 +105,12 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API listens on.")
     workers: int = Field(1, ge=1, le=64, description="API worker processes of one `baton serve`.")
-    worker_threads: int = Field(
+    scheduler_threads: int = Field(
         8,
         ge=1,
         le=24,
-        description="Threads a `baton worker` runs its schedulers' turns on (one connection each, of the 30 its "
-        "database pool has).",
+        description="Threads that run the schedulers' turns in a `baton worker` or a thread-runner director (one "
+        "connection each, of the 30 the process's database pool has).",
     )
     queue_maxsize: int = Field(10_000, ge=0, description="Queued tasks per queue; 0 means unbounded.")
     max_data_bytes: int = Field(64 * 1024, ge=1, description="Largest JSON `data` accepted per task.")

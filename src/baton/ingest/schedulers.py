@@ -151,6 +151,10 @@ class Scheduler(ABC):
         self.state = state
         self.context.leases().report(self.id, state.value)
 
+    def try_claim(self) -> Claim | None:
+        """One attempt at the scheduler's row (a pool's turn of waiting for it)."""
+        return self._acquire()
+
     def _acquire(self) -> Claim | None:
         if self.claim is None:
             self.claim = self.context.leases().claim([self.id], runner=self.context.runner).get(self.id)
@@ -172,8 +176,8 @@ class Scheduler(ABC):
 
     def run(self) -> None:
         """A scheduler with a thread (or a process) of its own: claim, loop until stopped, give up.
-        A worker's schedulers take turns on a few threads instead (control/tickpool.py), through
-        the same `take`, `begin`, `step` and `end`."""
+        The thread runner's schedulers take turns on a few threads instead (control/tickpool.py),
+        through the same `try_claim`, `take`, `begin`, `step` and `end`."""
         self.context.leases().start_in_background()
         claim = self._wait_for_claim()
         if claim is None:
