@@ -144,16 +144,16 @@ def test_events_flow_from_rabbitmq_into_tasks_on_a_workers_shared_thread(store: 
     )
     context = scheduler_context(store, settings, "worker", broker_wait_seconds=0.0)
     context.leases().start_in_background()
-    pool = ThreadRunner(context)
+    runner = ThreadRunner(context)
     spec = SchedulerSpec(org, SchedulerType.NORMALIZER)
     try:
         claims = context.leases().claim([spec.id], runner="worker")
-        assert pool.launch_claimed([(spec, claims[spec.id])]) == [spec.id]
+        assert runner.launch_claimed([(spec, claims[spec.id])]) == [spec.id]
         assert wait_until(lambda: distinct_raw_ids(store, org) == as_uuids(f"raw{n}" for n in range(20)), 30)
         publisher.publish_event(org, raw_event("raw20"))  # one that arrives while the scheduler runs
         assert wait_until(lambda: distinct_raw_ids(store, org) == as_uuids(f"raw{n}" for n in range(21)), 30)
     finally:
-        pool.shutdown()
+        runner.shutdown()
         context.leases().stop()
         publisher.close()
 

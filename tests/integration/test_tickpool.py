@@ -22,7 +22,7 @@ from baton.testing.waiting import wait_until
 ORGANISATIONS = [f"org{n}" for n in range(12)]
 
 
-class Turns:
+class TurnLog:
     """Event sources that count each scheduler's turns and notice two at once for one scheduler."""
 
     def __init__(self, failing: str | None = None) -> None:
@@ -40,7 +40,7 @@ class Turns:
 
 
 class RecordingSource:
-    def __init__(self, turns: Turns, scheduler_id: str) -> None:
+    def __init__(self, turns: TurnLog, scheduler_id: str) -> None:
         self.turns = turns
         self.scheduler_id = scheduler_id
 
@@ -71,10 +71,10 @@ def organisations(store: Store) -> list[str]:
 
 
 @pytest.fixture
-def pool_and_turns(
+def runner_and_turns(
     store: Store, organisations: list[str], request: pytest.FixtureRequest
-) -> Iterator[tuple[ThreadRunner, Turns]]:
-    turns = Turns(failing=getattr(request, "param", None))
+) -> Iterator[tuple[ThreadRunner, TurnLog]]:
+    turns = TurnLog(failing=getattr(request, "param", None))
     context = SchedulerContext(
         store=store,
         settings=fast_settings(store.url, scheduler_threads=2),
@@ -83,17 +83,17 @@ def pool_and_turns(
         source_factory=turns.source,
     )
     context.leases().start_in_background()
-    pool = ThreadRunner(context)
+    runner = ThreadRunner(context)
     try:
-        yield pool, turns
+        yield runner, turns
     finally:
-        pool.shutdown()
+        runner.shutdown()
         context.leases().stop()
 
 
-def claim_everything(pool: ThreadRunner) -> list[str]:
-    claims = pool.context.leases().claim_unowned(1000, runner="worker")
-    return pool.launch_claimed([(SchedulerSpec.parse(claim.scheduler_id), claim) for claim in claims])
+def claim_everything(runner: ThreadRunner) -> list[str]:
+    claims = runner.context.leases().claim_unowned(1000, runner="worker")
+    return runner.launch_claimed([(SchedulerSpec.parse(claim.scheduler_id), claim) for claim in claims])
 
 
 def rows(store: Store) -> dict[str, SchedulerRow]:
@@ -108,49 +108,49 @@ def event_driven(ids: list[str]) -> list[str]:
 
 
 def test_many_schedulers_take_turns_on_two_threads_one_turn_at_a_time(
-    store: Store, pool_and_turns: tuple[ThreadRunner, Turns]
+    store: Store, runner_and_turns: tuple[ThreadRunner, TurnLog]
 ) -> None:
-    pool, turns = pool_and_turns
-    started = claim_everything(pool)
+    runner, turns = runner_and_turns
+    started = claim_everything(runner)
     assert len(started) == 3 * len(ORGANISATIONS)
-    assert claim_everything(pool) == []  # nothing left to claim, nothing filed twice
+    assert claim_everything(runner) == []  # nothing left to claim, nothing filed twice
     assert wait_until(lambda: all(turns.received[sid] >= 5 for sid in event_driven(started)), 60)
     assert turns.overlaps == []
     assert turns.threads <= {"tickpool-0", "tickpool-1"}
-    owner = pool.context.leases().owner
+    owner = runner.context.leases().owner
     assert wait_until(lambda: {row.state for row in rows(store).values()} == {SchedulerState.RUNNING.value}, 20)
     assert {row.owner for row in rows(store).values()} == {owner}
-    assert sorted(spec.id for spec in pool.list()) == sorted(started)
+    assert sorted(spec.id for spec in runner.list()) == sorted(started)
 
 
 def test_stopped_schedulers_give_their_rows_up_and_shutdown_gives_up_the_rest(
-    store: Store, pool_and_turns: tuple[ThreadRunner, Turns]
+    store: Store, runner_and_turns: tuple[ThreadRunner, TurnLog]
 ) -> None:
-    pool, turns = pool_and_turns
-    started = claim_everything(pool)
+    runner, turns = runner_and_turns
+    started = claim_everything(runner)
     assert wait_until(lambda: all(turns.received[sid] >= 1 for sid in event_driven(started)), 60)
     leaving = [sid for sid in started if sid.endswith("-org0")]
-    pool.stop_many(leaving, wait=True)
+    runner.stop_many(leaving, wait=True)
     after_stop = rows(store)
     assert all(after_stop[sid].owner is None and after_stop[sid].state == "stopped" for sid in leaving)
     assert sum(after_stop[sid].owner is not None for sid in started) == len(started) - len(leaving)
     counted = {sid: turns.received[sid] for sid in event_driven(leaving)}
     assert wait_until(lambda: all(turns.received[sid] >= 3 for sid in event_driven(started) if sid not in leaving), 60)
     assert {sid: turns.received[sid] for sid in event_driven(leaving)} == counted  # no turn after the stop
-    pool.shutdown()
+    runner.shutdown()
     assert {row.owner for row in rows(store).values()} == {None}
     assert {row.state for row in rows(store).values()} == {"stopped"}
 
 
-@pytest.mark.parametrize("pool_and_turns", ["normalizer-org3"], indirect=True)
+@pytest.mark.parametrize("runner_and_turns", ["normalizer-org3"], indirect=True)
 def test_a_failing_scheduler_ends_alone_and_is_dropped(
-    store: Store, pool_and_turns: tuple[ThreadRunner, Turns]
+    store: Store, runner_and_turns: tuple[ThreadRunner, TurnLog]
 ) -> None:
-    pool, turns = pool_and_turns
-    started = claim_everything(pool)
-    assert wait_until(lambda: pool.forget_dead() == ["normalizer-org3"], 30)
+    runner, turns = runner_and_turns
+    started = claim_everything(runner)
+    assert wait_until(lambda: runner.forget_dead() == ["normalizer-org3"], 30)
     failed = rows(store)["normalizer-org3"]
     assert failed.owner is None and failed.state == SchedulerState.FAILED.value
     others = [sid for sid in event_driven(started) if sid != "normalizer-org3"]
     assert wait_until(lambda: all(turns.received[sid] >= 3 for sid in others), 60)
-    assert "normalizer-org3" not in {spec.id for spec in pool.list()}
+    assert "normalizer-org3" not in {spec.id for spec in runner.list()}

@@ -254,7 +254,6 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
             wanted = [spec for spec in specs if spec.id not in self._entries]
         if not wanted:
             return []
-        self.context.leases().start_in_background()
         claims = self.context.leases().claim([spec.id for spec in wanted], runner=self.name)
         started = []
         with self._lock:
@@ -271,7 +270,8 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
         return self.context.leases().owner
 
     def _launch(self, spec: SchedulerSpec, claim: Claim | None = None) -> ThreadHandle:
-        """Without `claim`, the scheduler claims its row in its first turns."""
+        """Without `claim`, the scheduler claims its row in its first turns. Renewals start with the
+        first scheduler (a no-op afterwards)."""
         self.context.leases().start_in_background()
         scheduler = build_scheduler(spec, self.context, claim)
         return ThreadHandle(scheduler, self.pool.file(scheduler))

@@ -84,7 +84,8 @@ class TickPool:
             self._cond.notify_all()
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop the threads once the timetable is idle (filing again starts them anew)."""
+        """Stop the threads, each after the turn it is running (filing again starts them anew); the
+        caller stops its schedulers first."""
         with self._cond:
             threads, self._threads = self._threads, []
             self._closing = True

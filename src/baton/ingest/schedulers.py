@@ -141,7 +141,7 @@ class Scheduler(ABC):
         holds the row. A round that only reads (an empty inbox) costs no check."""
         if self._lost is not None:
             raise FencedError(self._lost)
-        claim = self._acquire()  # run() claims first; a tick driven directly claims here
+        claim = self.try_claim()  # run() claims first; a tick driven directly claims here
         if claim is None:
             raise FencedError(f"scheduler '{self.id}' is held by another owner (or its organisation is gone)")
         with self.store.session() as session, fenced_before_first_write(session, claim):
@@ -152,10 +152,7 @@ class Scheduler(ABC):
         self.context.leases().report(self.id, state.value)
 
     def try_claim(self) -> Claim | None:
-        """One attempt at the scheduler's row (a pool's turn of waiting for it)."""
-        return self._acquire()
-
-    def _acquire(self) -> Claim | None:
+        """The scheduler's claim: the one it has, or one attempt at its row (None: held elsewhere)."""
         if self.claim is None:
             self.claim = self.context.leases().claim([self.id], runner=self.context.runner).get(self.id)
         return self.claim
@@ -165,7 +162,7 @@ class Scheduler(ABC):
         wait for that (or for a stop) rather than fail and be restarted in a loop."""
         said = False
         while not self._stop.is_set():
-            claim = self._acquire()
+            claim = self.try_claim()
             if claim is not None:
                 return claim
             if not said:
