@@ -17,7 +17,7 @@ from baton.core.settings import Settings
 from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
 from baton.storage.queues import PushRequest
-from baton.testing.factories import add_organisation, push
+from baton.testing.factories import add_organisation, bearer, push
 
 ALL_KEYS = {
     "id",
@@ -274,7 +274,3 @@ def test_the_fast_push_keeps_to_the_push_scope(store: Store) -> None:
         denied_again = client.post(path, content=push_body(task_hash="1"), headers=bearer(tokens["runner"]))
         assert denied_again.status_code == 403
         assert client.get("/queues/boefje-acme", headers=bearer(tokens["boss"])).json()["size"] == 4
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}

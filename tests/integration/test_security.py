@@ -11,6 +11,7 @@ from baton.api import create_app
 from baton.core.settings import Settings
 from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
+from baton.testing.factories import bearer
 
 
 @pytest.fixture
@@ -27,10 +28,6 @@ def secured(store: Store) -> Iterator[tuple[TestClient, dict[str, str]]]:
     settings = Settings(database_url=store.url, auth="on", max_body_bytes=4096)
     with TestClient(create_app(settings, store)) as client:
         yield client, tokens
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def test_probes_are_open_and_everything_else_needs_a_token(secured: tuple[TestClient, dict[str, str]]) -> None:

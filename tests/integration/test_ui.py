@@ -25,13 +25,9 @@ from baton.storage.engine import Store
 from baton.storage.leases import report_leadership
 from baton.storage.schedulers import record_heartbeat
 from baton.storage.tables import LeaderRecord, Task
-from baton.testing.factories import add_organisation, finish, pop, push
+from baton.testing.factories import add_organisation, bearer, finish, pop, push
 from baton.ui.render import render
 from baton.ui.router import broker_queues
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def fail(store: Store, queue: str, count: int = 1, task_hash: str | None = None) -> list[str]:

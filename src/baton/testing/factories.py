@@ -65,3 +65,8 @@ def pop(
 def finish(store: Store, task_id: uuid.UUID | str, status: TaskStatus = TaskStatus.COMPLETED) -> dict[str, Any]:
     with store.session() as session:
         return queues.change_status(session, uuid.UUID(str(task_id)), status, utcnow())
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The header that presents `token` to the API."""
+    return {"Authorization": f"Bearer {token}"}
