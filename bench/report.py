@@ -320,10 +320,23 @@ def section_hot_path(result: dict[str, Any]) -> list[str]:
         f"{result['rounds']} rounds interleaved. The baseline (raw SQL) sends Baton's own pop statement "
         "(`statements.pop_sql()`, compiled from the code with its default parameters) through psycopg in "
         "autocommit, one connection per client. `baton serve` is one process; `BATON_WORKERS=2` runs two "
-        "uvicorn workers on the same two cores.",
+        "uvicorn workers on the same two cores; `BATON_GROUP_POPS=false` is one process in which every pop "
+        "sends its own statement (the group pop off: what it gains is the difference to `HTTP, 1 process`).",
         "",
         *throughput_rows(result, "pops/s", "raw SQL"),
+        *group_pop_gain(result),
     ]
+
+
+def group_pop_gain(result: dict[str, Any]) -> list[str]:
+    """The group pop on / off, from the same run (absent from results made before it existed)."""
+    by_series = {(row["series"], row["clients"]): row["per_second"] for row in result["series"]}
+    gains = [
+        f"{clients} client{'s' if clients > 1 else ''}: {pct(on / off)}"
+        for (name, clients), off in sorted(by_series.items(), key=lambda item: item[0][1])
+        if name == "HTTP, BATON_GROUP_POPS=false" and (on := by_series.get(("HTTP, 1 process", clients)))
+    ]
+    return ["Group pop on / off (pops/s, one process): " + "; ".join(gains) + ".", ""] if gains else []
 
 
 def section_push(result: dict[str, Any]) -> list[str]:

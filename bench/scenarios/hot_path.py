@@ -1,6 +1,7 @@
 """The hot path: one queue, one task per request. Pops through `baton serve` (one process, and
 BATON_WORKERS=2) against Baton's own pop statement sent straight to PostgreSQL by as many psycopg
-clients in autocommit (the raw-SQL limit), at 1 and 8 clients."""
+clients in autocommit (the raw-SQL limit), at 1 and 8 clients; and one process with
+BATON_GROUP_POPS=false (every pop its own statement), to show what the group pop gains."""
 
 from __future__ import annotations
 
@@ -27,12 +28,14 @@ def run(ctx: Context) -> dict[str, Any]:
     with (
         serve(ctx.database_url, log_dir=ctx.work_dir) as one,
         serve(ctx.database_url, {"BATON_WORKERS": "2"}, log_dir=ctx.work_dir) as two,
+        serve(ctx.database_url, {"BATON_GROUP_POPS": "false"}, log_dir=ctx.work_dir) as ungrouped,
     ):
         series = {}
         for count in CLIENTS:
             series[f"raw SQL|{count}"] = clients(sql_pop(ctx), count, ctx.duration)
             series[f"HTTP, 1 process|{count}"] = clients(http_pop(one.url), count, ctx.duration)
             series[f"HTTP, BATON_WORKERS=2|{count}"] = clients(http_pop(two.url), count, ctx.duration)
+            series[f"HTTP, BATON_GROUP_POPS=false|{count}"] = clients(http_pop(ungrouped.url), count, ctx.duration)
         measured = interleaved(series, ctx.rounds)
     return {
         "queued_at_start": queued,
@@ -44,6 +47,10 @@ def run(ctx: Context) -> dict[str, Any]:
                 measured[f"{name}|{count}"]["per_second"], measured[f"raw SQL|{count}"]["per_second"]
             )
             for count in CLIENTS
-            for label, name in (("http", "HTTP, 1 process"), ("workers2", "HTTP, BATON_WORKERS=2"))
+            for label, name in (
+                ("http", "HTTP, 1 process"),
+                ("workers2", "HTTP, BATON_WORKERS=2"),
+                ("ungrouped", "HTTP, BATON_GROUP_POPS=false"),
+            )
         },
     }

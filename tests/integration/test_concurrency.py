@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import threading
 import uuid
+from typing import Any
 
+from baton.core.model import utcnow
 from baton.storage.engine import Store
+from baton.storage.executors import PostgresExecutor
 from baton.storage.organisations import create_organisation
+from baton.storage.statements import PopTarget
 from baton.storage.tables import Task
 from tests import queue_api as queue
 
@@ -99,3 +104,55 @@ def test_concurrent_pushes_of_one_hash_create_one_task(store: Store) -> None:
     assert created.count(True) == 1
     with store.session() as session:
         assert queue.queue_size(session, "boefje-acme") == 1
+
+
+def popped_ids(results: list[list[dict[str, Any]]]) -> list[str]:
+    return [str(row["id"]) for rows in results for row in rows]
+
+
+def test_concurrent_pops_of_one_api_process_share_statements_and_hand_each_task_out_once(pg_store: Store) -> None:
+    """The group pop (storage/popbatch.py) on PostgreSQL: 300 pops at once, two API processes' executors
+    side by side, 200 tasks: every task goes to exactly one pop, in hand-out order per executor, and
+    each executor sent far fewer statements than it served pops."""
+    expected = fill_queue(pg_store, 200)
+    executors = [PostgresExecutor(pg_store), PostgresExecutor(pg_store)]
+    target = PopTarget(queue="boefje-acme")
+
+    async def pop_all() -> list[list[list[dict[str, Any]]]]:
+        try:
+            waves = [
+                asyncio.gather(*(executor.pop(target, limit=1, now=utcnow()) for _ in range(150)))
+                for executor in executors
+            ]
+            return [list(wave) for wave in await asyncio.gather(*waves)]
+        finally:
+            for executor in executors:
+                await executor.close()
+
+    per_executor = asyncio.run(pop_all())
+    everything = popped_ids([rows for results in per_executor for rows in results])
+    assert len(everything) == len(set(everything)), "a task was handed out twice"
+    assert set(everything) == expected, "a task was lost"
+    for executor, results in zip(executors, per_executor, strict=True):
+        assert all(len(rows) <= 1 for rows in results), "a pop of one task got more"
+        keys = [(row["priority"], row["seq"]) for rows in results for row in rows]
+        assert keys == sorted(keys), "an executor's pops were not served in hand-out order"
+        assert executor.batcher is not None
+        assert executor.batcher.statements_sent < 20, "concurrent pops did not share statements"
+
+
+def test_without_group_pops_each_pop_is_its_own_statement(pg_store: Store) -> None:
+    expected = fill_queue(pg_store, 40)
+    executor = PostgresExecutor(pg_store, group_pops=False)
+    target = PopTarget(type="boefje", fair=True)
+
+    async def pop_all() -> list[list[dict[str, Any]]]:
+        try:
+            return list(await asyncio.gather(*(executor.pop(target, limit=1, now=utcnow()) for _ in range(50))))
+        finally:
+            await executor.close()
+
+    results = asyncio.run(pop_all())
+    assert executor.batcher is None
+    ids = popped_ids(results)
+    assert len(ids) == len(set(ids)) and set(ids) == expected

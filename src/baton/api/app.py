@@ -157,7 +157,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The executor's pool and the wake-ups' listener belong to the server's event loop: made
         # here, closed here.
-        app.state.queues = QueueService(store, settings, executor_for(store), metrics)
+        app.state.queues = QueueService(store, settings, executor_for(store, settings.group_pops), metrics)
         app.state.queues.start()
         restore_signals = on_stop_signals(app.state.queues.stop_waiting)
         for service in services:

@@ -134,6 +134,11 @@ class Settings(BaseSettings):
         ge=0,
         description="Pops one API process lets wait at once; a pop beyond it with nothing to hand out gets 429.",
     )
+    group_pops: bool = Field(
+        True,
+        description="PostgreSQL: pops of one queue (or type) that arrive while one is on its way to the database "
+        "share the next statement, instead of one statement each.",
+    )
     pop_recheck_seconds: float = Field(
         1.0,
         gt=0,

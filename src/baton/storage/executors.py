@@ -3,6 +3,7 @@
 - `PostgresExecutor`: psycopg's async connection pool in autocommit; each statement is compiled
   once and sent as one round trip (psycopg prepares it server-side after a few uses). No thread hop,
   no ORM, no transaction round trips; `data` comes back as JSON text and goes to the client as is.
+  Concurrent pops of one target share a statement (`popbatch.py`, unless BATON_GROUP_POPS=false).
   Pops with filters (compiled per request) run on the SQLAlchemy engine in a thread.
 - `SQLiteExecutor`: the same statements through SQLAlchemy (the store-level ones, built once), on
   the event loop's thread while SQLite's write lock is free at once, else on one dedicated thread that
@@ -37,6 +38,7 @@ from baton.core.model import TaskStatus
 from baton.storage import queues, statements
 from baton.storage.engine import Store, libpq_conninfo
 from baton.storage.filters import compile_tree
+from baton.storage.popbatch import PopBatcher
 from baton.storage.queues import PushRequest, PushResult
 from baton.storage.statements import PopTarget
 
@@ -187,8 +189,10 @@ def _compiled(statement_key: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
 class PostgresExecutor:
     """Hot statements on psycopg's async pool; anything unusual on the SQLAlchemy engine."""
 
-    def __init__(self, store: Store, max_connections: int = 10) -> None:
+    def __init__(self, store: Store, max_connections: int = 10, group_pops: bool = True) -> None:
         self.store = store
+        # None: every pop its own statement.
+        self.batcher = PopBatcher() if group_pops else None
         self.pool = AsyncConnectionPool(
             libpq_conninfo(store.url),
             min_size=1,
@@ -219,8 +223,16 @@ class PostgresExecutor:
         if tree is not None:
             return await self._fallback.pop(target, limit=limit, now=now, tree=tree, caps=caps)
         key = ("pop", target.queue is not None, target.fair, caps)
-        rows = await self._fetch(key, {"queue_": target.queue, "type_": target.type, "limit_": limit, "now_": now})
-        return queues.sort_popped(rows, target)
+
+        async def claim(count: int) -> list[dict[str, Any]]:
+            params = {"queue_": target.queue, "type_": target.type, "limit_": count, "now_": now}
+            return queues.sort_popped(await self._fetch(key, params), target)
+
+        if self.batcher is None or caps:
+            # With caps, one statement per pop: a batch would count an organisation's in-flight
+            # tasks once for all its pops and could overshoot `max_in_flight`.
+            return await claim(limit)
+        return await self.batcher.pop(target, limit, claim)
 
     async def push(self, request: PushRequest, now: datetime) -> PushResult:
         params = request.params(now, data=orjson.dumps(request.data).decode())
@@ -252,5 +264,5 @@ class PostgresExecutor:
         await self._fallback.close()
 
 
-def executor_for(store: Store) -> QueueExecutor:
-    return PostgresExecutor(store) if store.is_postgresql else SQLiteExecutor(store)
+def executor_for(store: Store, group_pops: bool = True) -> QueueExecutor:
+    return PostgresExecutor(store, group_pops=group_pops) if store.is_postgresql else SQLiteExecutor(store)
