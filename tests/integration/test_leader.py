@@ -397,6 +397,22 @@ def test_on_postgresql_workers_are_woken_when_the_pool_changes(pg_store: Store) 
         changes.close()
 
 
+def test_a_worker_whose_scheduler_lease_ended_is_counted_out_before_its_row_ends(store: Store) -> None:
+    """A SIGKILLed worker's scheduler leases may end before its own row (they are renewed at other
+    times); its peers must not wait for the row to count it out and take its share."""
+    add_organisation(store, "acme")
+    with store.session() as session:
+        leases.heartbeat_worker(session, "alive#1", 30)
+        leases.heartbeat_worker(session, "killed#1", 30)
+        leases.heartbeat_worker(session, "idle#1", 30)  # holds nothing: live while its row is
+        leases.claim_schedulers(session, ["boefje-acme"], "alive#1", 30)
+        leases.claim_schedulers(session, ["normalizer-acme"], "killed#1", 30)
+        assert leases.live_workers(session) == ["alive#1", "idle#1", "killed#1"]
+        leases.claim_schedulers(session, ["report-acme"], "killed#1", -1)  # this one's lease has ended
+    with store.session() as session:
+        assert leases.live_workers(session) == ["alive#1", "idle#1"]
+
+
 def test_a_worker_learns_when_the_first_lease_of_a_peer_ends(store: Store) -> None:
     add_organisation(store, "acme")
     with store.session() as session:

@@ -447,10 +447,14 @@ def heartbeat_worker(session: Session, worker_id: str, lease_seconds: float) -> 
 
 
 def live_workers(session: Session) -> list[str]:
+    """Workers whose row runs and none of whose scheduler leases has ended. A running worker renews
+    its leases every retry period, long before they end (the renew deadline comes first), so one that
+    let a lease end has died or is frozen: its peers count it out then and take over its share, not
+    up to a round later when its own row ends."""
+    now = db_now(session)
+    lapsed = exists().where(Scheduler.owner == WorkerRecord.id, Scheduler.lease_expires_at <= now)
     return list(
-        session.scalars(
-            select(WorkerRecord.id).where(WorkerRecord.expires_at > db_now(session)).order_by(WorkerRecord.id)
-        )
+        session.scalars(select(WorkerRecord.id).where(WorkerRecord.expires_at > now, ~lapsed).order_by(WorkerRecord.id))
     )
 
 
