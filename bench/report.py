@@ -446,9 +446,24 @@ def section_sqlite(result: dict[str, Any]) -> list[str]:
         "",
         f"A SQLite file with {result['queued_at_start']:,} queued tasks. Baseline: `baton.storage.queues.pop` on a "
         "SQLAlchemy connection, one transaction per pop, client threads of one process (what the API's SQLite "
-        "executor runs, without HTTP); then `baton serve` on the same file.",
+        "executor runs, without HTTP); then `baton serve` on the same file; and, as a reference, the same "
+        "store-level pop behind the smallest ASGI app there is (`bench/minimal_asgi.py`: no routing, "
+        "authentication, request ids, metrics or logging) under the same uvicorn.",
         "",
         *throughput_rows(result, "pops/s", "store-level pop"),
+        *minimal_reference_lines(result.get("ratios", {})),
+    ]
+
+
+def minimal_reference_lines(ratios: dict[str, Any]) -> list[str]:
+    if "minimal_1" not in ratios:
+        return []  # results from before the reference existed
+    return [
+        f"The reference app reaches {pct(ratios['minimal_1'])} of the store-level rate at 1 client "
+        f"({pct(ratios['minimal_8'])} at 8): on this machine an HTTP round trip between a Python client and a "
+        "Python server costs more than the pop itself, whatever the app does. `baton serve` reaches "
+        f"{pct(ratios['baton_to_minimal_1'])} of the reference at 1 client ({pct(ratios['baton_to_minimal_8'])} at 8).",
+        "",
     ]
 
 
@@ -607,6 +622,31 @@ def section_director(result: dict[str, Any]) -> list[str]:
             "lrrrrlrrr",
         ),
         *scheduler_process_lines(result.get("scheduler_process")),
+        *import_floor_lines(result.get("import_floor")),
+    ]
+
+
+def import_floor_lines(steps: list[dict[str, Any]] | None) -> list[str]:
+    """Where a scheduler process's memory goes: fresh interpreters importing one library more each."""
+    if not steps:
+        return []
+    rows = []
+    previous: float | None = None
+    for step in steps:
+        added = "" if previous is None else num(step["rss_mib"] - previous, 1)
+        rows.append([step["step"], num(step["rss_mib"], 1), added])
+        previous = step["rss_mib"]
+    libraries = next((step["rss_mib"] for step in steps if step["step"].startswith("+ structlog")), None)
+    return [
+        "",
+        "What that memory is made of: a fresh interpreter importing, step by step, what a scheduler process "
+        "imports (VmRSS after the imports, median of 3; nothing connected or run yet).",
+        "",
+        *table(["imports", "VmRSS MiB", "added MiB"], rows, "lrr"),
+        f"The libraries the engineering standards prescribe (psycopg, SQLAlchemy, pydantic-settings, structlog, "
+        f"a CLI library) take {num(libraries, 1)} MiB before a line of Baton runs: a scheduler process under "
+        "40 MiB (issue #16) would have to do without some of them.",
+        "",
     ]
 
 

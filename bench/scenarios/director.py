@@ -7,6 +7,8 @@ child per scheduler), whose children's own resident memory (VmRSS, and its peak 
 from __future__ import annotations
 
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,41 @@ def scheduler_processes(runner: ProcessRunner) -> dict[str, Any]:
     }
 
 
+# What a scheduler process imports, library by library, in the order `baton standalone` needs them:
+# each step is a fresh interpreter importing everything up to it (the standards' libraries first,
+# then Baton's own modules), so the steps show what each adds and where the floor lies.
+IMPORT_STEPS: list[tuple[str, list[str]]] = [
+    ("Python interpreter (site only)", []),
+    ("+ asyncio (psycopg imports it)", ["asyncio"]),
+    ("+ psycopg", ["psycopg"]),
+    ("+ SQLAlchemy (Core and ORM)", ["sqlalchemy", "sqlalchemy.orm"]),
+    ("+ pydantic, pydantic-settings", ["pydantic", "pydantic_settings"]),
+    ("+ structlog, typer (logging, the CLI)", ["structlog", "typer"]),
+    ("+ Baton's modules a scheduler runs", ["baton.cli", "baton.runtime", "baton.ingest.schedulers"]),
+]
+MEASURE_RSS = (
+    "import importlib, sys\n"
+    "for name in sys.argv[1:]: importlib.import_module(name)\n"
+    "line = next(l for l in open('/proc/self/status') if l.startswith('VmRSS:'))\n"
+    "print(int(line.split()[1]))"
+)
+
+
+def import_floor() -> list[dict[str, Any]]:
+    """Resident memory of a fresh interpreter after each cumulative step of IMPORT_STEPS (median of 3)."""
+    steps: list[dict[str, Any]] = []
+    modules: list[str] = []
+    for label, more in IMPORT_STEPS:
+        modules = [*modules, *more]
+        samples = [
+            int(subprocess.run([sys.executable, "-c", MEASURE_RSS, *modules], check=True, capture_output=True).stdout)
+            / 1024
+            for _ in range(3)
+        ]
+        steps.append({"step": label, "modules": modules, "rss_mib": statistics.median(samples)})
+    return steps
+
+
 def one_case(
     ctx: Context, runner_kind: str, organisations: int, overrides: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -118,4 +155,8 @@ def run(ctx: Context) -> dict[str, Any]:
     cases = [("thread", 10), ("process", 2)] if ctx.quick else [("thread", 100), ("thread", 1000), ("process", 10)]
     results = [one_case(ctx, kind, organisations) for kind, organisations in cases]
     process_case = next(case for case in results if case["runner"] == "process")
-    return {"cases": results, "scheduler_process": process_case["scheduler_process"]}
+    return {
+        "cases": results,
+        "scheduler_process": process_case["scheduler_process"],
+        "import_floor": import_floor(),
+    }

@@ -1,12 +1,18 @@
 """The embedded default: HTTP pops through `baton serve` on a SQLite file against the store-level pop
 (`baton.storage.queues.pop` on a SQLAlchemy connection, client threads in one process, the same
-file), at 1 and 8 clients. SQLite serialises writers, so this is about the cost of the HTTP layer,
-less what the API's executor saves by building its pop statement once (`queues.pop` builds it per
-call, and SQLAlchemy its cache key: that alone took more than the statement's run)."""
+file), at 1 and 8 clients; and, as a reference, the same store-level pop behind the smallest ASGI
+app there is (bench/minimal_asgi.py, same uvicorn): how far any Python HTTP server gets here.
+SQLite serialises writers, so this is about the cost of the HTTP layer."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import insert
@@ -16,10 +22,13 @@ from baton.core.settings import Settings
 from baton.runtime import prepare_store
 from baton.storage.organisations import create_organisation
 from baton.storage.statements import TASKS
+from baton.testing.servers import stop_processes, wait_ready
+from baton.testing.waiting import free_port
 from bench.loadgen import Request
 from bench.scenarios.common import ORG, QUEUE, Context, clients, http_pop, interleaved, ratio, rows_against, serve
 
 CLIENTS = (1, 8)
+MINIMAL = "minimal ASGI app (reference)"
 
 
 def fill(url: str, tasks: int) -> None:
@@ -48,19 +57,38 @@ def fill(url: str, tasks: int) -> None:
     store.dispose()
 
 
+@contextmanager
+def minimal_app(url: str, log_dir: Path) -> Iterator[str]:
+    """bench/minimal_asgi.py under uvicorn, as `baton serve` runs (one process, no access log)."""
+    port = free_port()
+    env = {**os.environ, "BATON_DATABASE_URL": url, "BENCH_QUEUE": QUEUE}
+    command = [sys.executable, "-m", "uvicorn", "bench.minimal_asgi:app", "--port", str(port)]
+    with (log_dir / f"minimal-{port}.log").open("wb") as log:
+        process = subprocess.Popen(
+            [*command, "--log-level", "warning", "--no-access-log"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready([base])
+        yield base
+    finally:
+        stop_processes([process])
+
+
 def run(ctx: Context) -> dict[str, Any]:
     path = ctx.work_dir / "sqlite" / "baton.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     url = f"sqlite:///{path}"
-    queued = ctx.size(150_000, 40_000)
+    queued = ctx.size(300_000, 40_000)  # three series at up to ~3,000 pops/s must not run it dry
     fill(url, queued)
     store_pop = Request(kind="store", target=url, counting="rows", params={"queue": QUEUE})
-    with serve(url, log_dir=ctx.work_dir) as server:
+    with serve(url, log_dir=ctx.work_dir) as server, minimal_app(url, ctx.work_dir) as minimal:
         series = {}
         for count in CLIENTS:
             # processes=1: the store-level clients are threads of one process, as in the server.
             series[f"store-level pop|{count}"] = clients(store_pop, count, ctx.duration, processes=1)
             series[f"HTTP pop|{count}"] = clients(http_pop(server.url), count, ctx.duration)
+            series[f"{MINIMAL}|{count}"] = clients(http_pop(minimal), count, ctx.duration)
         measured = interleaved(series, ctx.rounds)
     return {
         "queued_at_start": queued,
@@ -70,6 +98,18 @@ def run(ctx: Context) -> dict[str, Any]:
         "ratios": {
             f"sqlite_{count}": ratio(
                 measured[f"HTTP pop|{count}"]["per_second"], measured[f"store-level pop|{count}"]["per_second"]
+            )
+            for count in CLIENTS
+        }
+        | {
+            f"minimal_{count}": ratio(
+                measured[f"{MINIMAL}|{count}"]["per_second"], measured[f"store-level pop|{count}"]["per_second"]
+            )
+            for count in CLIENTS
+        }
+        | {
+            f"baton_to_minimal_{count}": ratio(
+                measured[f"HTTP pop|{count}"]["per_second"], measured[f"{MINIMAL}|{count}"]["per_second"]
             )
             for count in CLIENTS
         },
