@@ -415,8 +415,9 @@ def section_depth(result: dict[str, Any]) -> list[str]:
         "",
         measured_on(result),
         "",
-        f"One client, {num(result.get('calls_per_series'))} calls per series, a fresh queue of each size, "
-        "filled with as many tasks more as the two pop series take (so it never holds fewer than its nominal size).",
+        f"One client, {num(result['duration_s'])} s per series, a fresh queue of each size filled with "
+        f"{num(result.get('headroom'))} tasks more than that, as many as the two pop series could take at "
+        "4,000 pops/s (so it never holds fewer than its nominal size).",
         "",
         *table(
             [

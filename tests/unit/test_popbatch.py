@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from baton.storage.popbatch import PopBatcher
+from baton.storage.popbatch import MAX_BATCH_TASKS, PopBatcher
 
 
 class FakeQueue:
@@ -125,5 +125,22 @@ def test_a_waiter_that_gave_up_before_its_statement_takes_nothing() -> None:
         assert queue.limits == [1, 1], "the cancelled pop's limit was not asked for"
         with pytest.raises(asyncio.CancelledError):
             await gone
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_claims_at_most_max_batch_tasks_and_the_rest_wait_for_the_next() -> None:
+    async def scenario() -> None:
+        queue, batcher = FakeQueue(3 * MAX_BATCH_TASKS), PopBatcher()
+        first = asyncio.create_task(batcher.pop("q", 1, queue.claim))
+        await settle()
+        big = MAX_BATCH_TASKS // 2 + 1
+        waiting = [asyncio.create_task(batcher.pop("q", big, queue.claim)) for _ in range(3)]
+        await settle()
+        queue.release.set()
+        await first
+        shares = [len(await task) for task in waiting]
+        assert shares == [big, big, big]
+        assert queue.limits == [1, big, big, big], "two waiters together would exceed MAX_BATCH_TASKS"
 
     asyncio.run(scenario())

@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Rows = list[dict[str, Any]]
+# One statement claims at most this many tasks: a thousand waiting long-polls asking for a hundred
+# each wait their turn rather than make one statement of a hundred thousand rows.
+MAX_BATCH_TASKS = 1000
 #: Sends the pop statement for `limit` tasks and returns the rows in hand-out order.
 PopStatement = Callable[[int], Awaitable[Rows]]
 
@@ -63,8 +66,7 @@ class PopBatcher:
 
     def _next_batch(self, key: Hashable, target: Target) -> None:
         """Send the statement for everyone waiting, or forget the target when nobody waits."""
-        waiters = [waiter for waiter in target.waiting if not waiter.answer.done()]
-        target.waiting = []
+        waiters, target.waiting = take_batch([waiter for waiter in target.waiting if not waiter.answer.done()])
         if not waiters:
             del self._targets[key]  # an idle target costs nothing: queues come and go
             return
@@ -90,6 +92,17 @@ class PopBatcher:
         else:
             hand_out(rows, waiters)
         self._next_batch(key, target)
+
+
+def take_batch(waiters: list[Waiter]) -> tuple[list[Waiter], list[Waiter]]:
+    """The first waiters whose limits add up to at most MAX_BATCH_TASKS (always at least one), and
+    the rest, who wait for the statement after."""
+    total = 0
+    for index, waiter in enumerate(waiters):
+        total += waiter.limit
+        if total > MAX_BATCH_TASKS and index > 0:
+            return waiters[:index], waiters[index:]
+    return waiters, []
 
 
 def hand_out(rows: Rows, waiters: list[Waiter]) -> None:
