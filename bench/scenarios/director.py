@@ -21,6 +21,7 @@ from baton.core.logging import configure_logging
 from baton.core.settings import Settings
 from baton.runtime import scheduler_context
 from baton.storage.engine import Store
+from baton.testing.writelog import install
 from bench.scenarios.common import Context, add_organisations, connect, fresh_database
 
 # Idle schedulers poll rarely, so the machine measures the director, not 3,000 pollers. Lease
@@ -103,9 +104,16 @@ def import_floor() -> list[dict[str, Any]]:
 
 
 def one_case(
-    ctx: Context, runner_kind: str, organisations: int, overrides: dict[str, Any] | None = None
+    ctx: Context,
+    runner_kind: str,
+    organisations: int,
+    overrides: dict[str, Any] | None = None,
+    audit: bool = False,
 ) -> dict[str, Any]:
+    """`audit`: with the write audit's triggers (baton.testing.writelog), as the workers are measured."""
     fresh_database(ctx)
+    if audit:
+        install(ctx.database_url)
     with connect(ctx) as conn:
         add_organisations(conn, [f"dir-{n:05d}" for n in range(organisations)])
     store = Store(ctx.database_url)

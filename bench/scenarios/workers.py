@@ -194,9 +194,9 @@ def run(ctx: Context) -> dict[str, Any]:
     organisations = ctx.size(1000, 50)
     counts = (1, 2) if ctx.quick else (1, 2, 4)
     # The director's thread runner first, on the same organisations and settings, in this process.
-    fresh_database(ctx)
-    install(ctx.database_url)  # the audit's triggers cost both alike: the director is measured with them too
-    director_case = director.one_case(ctx, "thread", organisations, {"poll_interval_seconds": POLL_INTERVAL_SECONDS})
+    # With the audit's triggers, which cost both alike: the director is measured with them too.
+    overrides = {"poll_interval_seconds": POLL_INTERVAL_SECONDS}
+    director_case = director.one_case(ctx, "thread", organisations, overrides, audit=True)
     fresh_database(ctx)
     idle = idle_worker(ctx)
     names = [f"wrk-{n:05d}" for n in range(organisations)]

@@ -69,6 +69,20 @@ def install(database_url: str) -> None:
         conn.execute(INSTALL)
 
 
+UNINSTALL = """
+DROP TRIGGER IF EXISTS baton_scheduler_writes ON schedulers;
+DROP TRIGGER IF EXISTS baton_event_writes ON events;
+DROP TRIGGER IF EXISTS baton_task_writes ON tasks;
+DROP TABLE IF EXISTS scheduler_writes;
+"""
+
+
+def uninstall(database_url: str) -> None:
+    """The database as Baton made it again: without the audit's triggers (they cost every write)."""
+    with psycopg.connect(libpq(database_url), autocommit=True) as conn:
+        conn.execute(UNINSTALL)
+
+
 @dataclass
 class WriteAudit:
     writes: int = 0
