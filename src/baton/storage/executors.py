@@ -43,6 +43,11 @@ from baton.storage.queues import PushRequest, PushResult
 from baton.storage.statements import PopTarget
 
 T = TypeVar("T")
+# How long a request waits for one of the pool's connections. Statements take milliseconds, so a
+# longer wait means the database is down (the pool cannot reconnect) or the process is overloaded:
+# the request then fails with PoolTimeout, answered 503, instead of holding the client for psycopg's
+# default of 30 s (as long as many clients' own timeouts).
+CONNECTION_WAIT_SECONDS = 5.0
 
 
 class QueueExecutor(Protocol):
@@ -199,6 +204,7 @@ class PostgresExecutor:
             max_size=max_connections,
             open=False,
             kwargs={"autocommit": True, "row_factory": dict_row},
+            timeout=CONNECTION_WAIT_SECONDS,
         )
         self._fallback = ThreadExecutor(store, threads=4)
         self._opened = False
