@@ -79,12 +79,9 @@ def source_factory(
             return inbox
         from baton.ingest.rabbitmq import RabbitMQSource, event_queue
 
+        wait = {} if broker_wait_seconds is None else {"wait_seconds": broker_wait_seconds}
         queue = event_queue(spec.organisation, spec.type)
-        if broker_wait_seconds is None:
-            amqp = RabbitMQSource(settings.amqp.url, queue, settings.amqp.prefetch)
-        else:
-            amqp = RabbitMQSource(settings.amqp.url, queue, settings.amqp.prefetch, wait_seconds=broker_wait_seconds)
-        return CompositeSource([inbox, amqp])
+        return CompositeSource([inbox, RabbitMQSource(settings.amqp.url, queue, settings.amqp.prefetch, **wait)])
 
     return make
 

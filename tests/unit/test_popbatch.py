@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from baton.storage.popbatch import MAX_BATCH_TASKS, PopBatcher
+from baton.storage.popbatch import MAX_BATCH_TASKS, PopBatcher, Rows
 
 
 class FakeQueue:
@@ -38,6 +38,17 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+async def held_pop_and_waiters(
+    batcher: PopBatcher, queue: FakeQueue, limits: list[int]
+) -> tuple[asyncio.Task[Rows], list[asyncio.Task[Rows]]]:
+    """A pop of limit 1 whose statement the queue holds, then pops of `limits` arriving meanwhile."""
+    first = asyncio.create_task(batcher.pop("q", 1, queue.claim))
+    await settle()
+    waiting = [asyncio.create_task(batcher.pop("q", limit, queue.claim)) for limit in limits]
+    await settle()
+    return first, waiting
+
+
 def test_a_lone_pop_goes_out_at_once_with_its_own_limit() -> None:
     async def scenario() -> None:
         queue, batcher = FakeQueue(5), PopBatcher()
@@ -53,10 +64,7 @@ def test_a_lone_pop_goes_out_at_once_with_its_own_limit() -> None:
 def test_pops_arriving_during_a_statement_share_the_next_one_in_order() -> None:
     async def scenario() -> None:
         queue, batcher = FakeQueue(20), PopBatcher()
-        first = asyncio.create_task(batcher.pop("q", 1, queue.claim))
-        await settle()
-        waiting = [asyncio.create_task(batcher.pop("q", limit, queue.claim)) for limit in (1, 3, 1)]
-        await settle()
+        first, waiting = await held_pop_and_waiters(batcher, queue, [1, 3, 1])
         assert queue.limits == [1], "pops that arrive while a statement is out wait for it"
         queue.release.set()
         assert numbers(await first) == [0]
@@ -69,10 +77,7 @@ def test_pops_arriving_during_a_statement_share_the_next_one_in_order() -> None:
 def test_a_short_batch_serves_the_earliest_waiters_and_answers_the_rest_empty() -> None:
     async def scenario() -> None:
         queue, batcher = FakeQueue(3), PopBatcher()
-        first = asyncio.create_task(batcher.pop("q", 1, queue.claim))
-        await settle()
-        waiting = [asyncio.create_task(batcher.pop("q", 1, queue.claim)) for _ in range(4)]
-        await settle()
+        first, waiting = await held_pop_and_waiters(batcher, queue, [1] * 4)
         queue.release.set()
         await first
         assert [numbers(await task) for task in waiting] == [[1], [2], [], []]
@@ -97,10 +102,7 @@ def test_a_failed_batch_statement_reaches_every_waiter_and_the_next_pop_starts_a
     async def scenario() -> None:
         queue, batcher = FakeQueue(10), PopBatcher()
         queue.failing_calls = {2}
-        first = asyncio.create_task(batcher.pop("q", 1, queue.claim))
-        await settle()
-        waiting = [asyncio.create_task(batcher.pop("q", 1, queue.claim)) for _ in range(3)]
-        await settle()
+        first, waiting = await held_pop_and_waiters(batcher, queue, [1] * 3)
         queue.release.set()
         assert numbers(await first) == [0]
         results = await asyncio.gather(*waiting, return_exceptions=True)
@@ -113,11 +115,7 @@ def test_a_failed_batch_statement_reaches_every_waiter_and_the_next_pop_starts_a
 def test_a_waiter_that_gave_up_before_its_statement_takes_nothing() -> None:
     async def scenario() -> None:
         queue, batcher = FakeQueue(10), PopBatcher()
-        first = asyncio.create_task(batcher.pop("q", 1, queue.claim))
-        await settle()
-        gone = asyncio.create_task(batcher.pop("q", 4, queue.claim))
-        stays = asyncio.create_task(batcher.pop("q", 1, queue.claim))
-        await settle()
+        first, (gone, stays) = await held_pop_and_waiters(batcher, queue, [4, 1])
         gone.cancel()
         queue.release.set()
         await first
@@ -132,11 +130,8 @@ def test_a_waiter_that_gave_up_before_its_statement_takes_nothing() -> None:
 def test_a_batch_claims_at_most_max_batch_tasks_and_the_rest_wait_for_the_next() -> None:
     async def scenario() -> None:
         queue, batcher = FakeQueue(3 * MAX_BATCH_TASKS), PopBatcher()
-        first = asyncio.create_task(batcher.pop("q", 1, queue.claim))
-        await settle()
         big = MAX_BATCH_TASKS // 2 + 1
-        waiting = [asyncio.create_task(batcher.pop("q", big, queue.claim)) for _ in range(3)]
-        await settle()
+        first, waiting = await held_pop_and_waiters(batcher, queue, [big] * 3)
         queue.release.set()
         await first
         shares = [len(await task) for task in waiting]

@@ -38,9 +38,8 @@ class Waiter:
 
 @dataclass
 class Target:
-    """One target's state: whether a statement is out, and who waits for the next one."""
+    """A target with a statement out (only those are kept): who waits for the next one."""
 
-    busy: bool = False
     waiting: list[Waiter] = field(default_factory=list)
 
 
@@ -52,12 +51,12 @@ class PopBatcher:
 
     async def pop(self, key: Hashable, limit: int, statement: PopStatement) -> Rows:
         """Up to `limit` rows for one pop of the target `key`; `statement(n)` claims up to n tasks."""
-        target = self._targets.setdefault(key, Target())
-        if target.busy:
+        target = self._targets.get(key)
+        if target is not None:
             answer: asyncio.Future[Rows] = asyncio.get_running_loop().create_future()
             target.waiting.append(Waiter(limit, statement, answer))
             return await answer
-        target.busy = True
+        target = self._targets[key] = Target()
         try:
             self.statements_sent += 1
             return await statement(limit)
