@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
 from baton.api import create_app, fastpath
 from baton.api.fastpath import pop_limit
+from baton.core.errors import DatabaseUnavailableError
 from baton.core.settings import Settings
 from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
@@ -239,7 +239,7 @@ def test_a_push_that_fails_is_answered_where_it_failed_and_not_run_again(
         async def failing(request: PushRequest, now: Any) -> Any:
             calls.append(request)
             if failure == "outage":
-                raise psycopg.OperationalError("server closed the connection unexpectedly")
+                raise DatabaseUnavailableError("database connection lost; retry later", "server closed the connection")
             raise RuntimeError("a bug")
 
         monkeypatch.setattr(executor, "push", failing)

@@ -15,7 +15,6 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy.exc import OperationalError
 
 from baton import __version__
 from baton.api import events, openkat, organisations, plugins, queues, reports, schedulers, schedules, security, tasks
@@ -24,6 +23,7 @@ from baton.api.errors import install_error_handlers
 from baton.api.longpoll import document_wait_maximum
 from baton.api.middleware import RequestContextMiddleware
 from baton.api.schemas import IGNORES_UNKNOWN_QUERY_PARAMETERS, ErrorOut
+from baton.core.errors import DatabaseUnavailableError
 from baton.core.settings import Settings
 from baton.service.metrics import Metrics
 from baton.service.queues import QueueService
@@ -115,7 +115,7 @@ def monitoring_router() -> APIRouter:
         none; the answer tells only the database's kind)."""
         try:
             current = store.migrations_current()
-        except OperationalError:
+        except DatabaseUnavailableError:
             return JSONResponse({"status": "unavailable", "message": "database unreachable"}, status_code=503)
         if not current:
             return JSONResponse({"status": "unavailable", "message": "migrations not applied"}, status_code=503)

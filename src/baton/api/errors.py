@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -19,6 +17,7 @@ from baton.core.errors import (
     ConfigurationError,
     ConflictError,
     ContradictoryInputError,
+    DatabaseUnavailableError,
     FencedError,
     InvalidInputError,
     NotFoundError,
@@ -43,7 +42,12 @@ STATUS: list[tuple[type[BatonError], int]] = [
     (UnprocessableError, 422),
     (FencedError, 409),
     (ConfigurationError, 500),
+    (DatabaseUnavailableError, 503),
 ]
+
+
+# What a 503 asks a client to wait: the database is usually back (or failed over) within seconds.
+RETRY_AFTER_SECONDS = "1"
 
 
 def status_of(exc: BatonError) -> int:
@@ -123,21 +127,9 @@ def install_error_handlers(app: FastAPI) -> None:
             return server_fault(request, exc)
         if isinstance(exc, InvalidInputError):
             return await _invalid(request, invalid(("body",), str(exc)))
+        if isinstance(exc, DatabaseUnavailableError):
+            return error(status, str(exc), headers={"Retry-After": RETRY_AFTER_SECONDS})
         return error(status, str(exc))
-
-    @app.exception_handler(OperationalError)
-    async def _database_down(_: Request, exc: OperationalError) -> JSONResponse:
-        return error(503, "database unavailable; retry later")
-
-    @app.exception_handler(psycopg.OperationalError)
-    async def _database_down_async(_: Request, exc: psycopg.OperationalError) -> JSONResponse:
-        return error(503, "database unavailable; retry later")
-
-    @app.exception_handler(DBAPIError)
-    async def _database_error(request: Request, exc: DBAPIError) -> JSONResponse:
-        if exc.connection_invalidated:
-            return error(503, "database connection lost; retry later")
-        return server_fault(request, exc)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -26,6 +26,7 @@ from typing import Protocol
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from baton.core.errors import DatabaseUnavailableError
 from baton.core.logging import get_logger
 from baton.core.settings import LeaseSettings
 from baton.storage import leases
@@ -136,7 +137,7 @@ class DatabaseLeaseLeader:
                 term = leases.try_acquire_leadership(
                     session, self.role, self.holder, self.settings.lease_seconds, holds_lock
                 )
-        except DBAPIError:
+        except DatabaseUnavailableError:
             self._drop_liveness_lock()
             return False
         if term is None:
@@ -157,9 +158,9 @@ class DatabaseLeaseLeader:
                 renewed = leases.renew_leadership(
                     session, self.role, self.holder, term, self.settings.lease_seconds, holds_lock
                 )
-        except DBAPIError as exc:
+        except DatabaseUnavailableError as exc:
             if started - self._renewed_at <= self.settings.renew_deadline_seconds:
-                log.warning("could not renew leadership; retrying", term=term, error=str(exc.orig).splitlines()[0])
+                log.warning("could not renew leadership; retrying", term=term, error=exc.reason)
                 return True
             log.warning("leadership not renewed within the renew deadline; stepping down", term=term)
             self._term = None
@@ -187,7 +188,7 @@ class DatabaseLeaseLeader:
         try:
             with self.store.control_session() as session:
                 leases.release_leadership(session, self.role, self.holder, term)
-        except DBAPIError:
+        except DatabaseUnavailableError:
             pass  # the lease simply expires
 
 

@@ -66,5 +66,17 @@ class FencedError(BatonError):
     """A write refused because the writer's lease or term is no longer current: it must stop."""
 
 
+class DatabaseUnavailableError(BatonError):
+    """The database cannot be reached, or a connection broke mid-statement: retry later (503).
+
+    Storage raises it for every driver error that means "not now" (connection refused or lost, no
+    pooled connection free in time, SQLite's lock held too long), so no layer above storage needs
+    to know the driver's own exceptions. `reason`: why, in a few words (for logs)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
 class ConfigurationError(BatonError):
     """A setting or the environment stops a command; the message says which and how to fix it."""

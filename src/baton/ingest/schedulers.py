@@ -19,12 +19,17 @@ from typing import ClassVar
 from pydantic import ValidationError
 from sqlalchemy import event as orm_events
 from sqlalchemy import select, text, tuple_
-from sqlalchemy.exc import OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import ORMExecuteState, Session
 
 from baton.core.cron import next_cron_run
-from baton.core.errors import FencedError, NotFoundError, QueueDisabledError, QueueFullError, UnprocessableError
+from baton.core.errors import (
+    DatabaseUnavailableError,
+    FencedError,
+    NotFoundError,
+    QueueDisabledError,
+    QueueFullError,
+    UnprocessableError,
+)
 from baton.core.jobs import (
     JOB_MODELS,
     Job,
@@ -216,11 +221,8 @@ class Scheduler(ABC):
         except FencedError as exc:
             self.lease_lost(str(exc))
             return 0.0
-        except OperationalError as exc:
-            self.log.warning("database unavailable; backing off", error=str(exc.orig))
-            return self._back_off_seconds()
-        except PoolTimeoutError as exc:  # every pooled connection busy (many schedulers in one process)
-            self.log.warning("no database connection free; backing off", error=str(exc).splitlines()[0])
+        except DatabaseUnavailableError as exc:  # also: every pooled connection busy (many schedulers)
+            self.log.warning("database unavailable; backing off", error=exc.reason)
             return self._back_off_seconds()
         requested, self._pause = self._pause, 0.0
         return max(requested, 0.0 if done else idle)

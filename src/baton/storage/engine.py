@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from baton.core.diagnosis import reason
 from baton.core.errors import ConfigurationError
 from baton.core.settings import normalise_database_url
+from baton.storage.errors import translated
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -126,7 +127,7 @@ class Store:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        with self._sessions.begin() as session:
+        with translated(), self._sessions.begin() as session:
             yield session
 
     @contextmanager
@@ -137,7 +138,7 @@ class Store:
             with self.session() as session:
                 yield session
             return
-        with self._control_sessionmaker().begin() as session:
+        with translated(), self._control_sessionmaker().begin() as session:
             yield session
 
     @property
@@ -173,7 +174,7 @@ class Store:
             command.upgrade(cfg, "head")
 
     def migrations_current(self) -> bool:
-        with self.engine.connect() as conn:
+        with translated(), self.engine.connect() as conn:
             return applied_revision(conn) == head_revision()
 
     def ping(self) -> None:

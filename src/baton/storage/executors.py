@@ -37,6 +37,7 @@ from baton.core.filters import FilterTree
 from baton.core.model import TaskStatus
 from baton.storage import queues, statements
 from baton.storage.engine import Store, libpq_conninfo
+from baton.storage.errors import translated
 from baton.storage.filters import compile_tree
 from baton.storage.popbatch import PopBatcher
 from baton.storage.queues import PushRequest, PushResult
@@ -78,7 +79,7 @@ class ThreadExecutor:
         return await asyncio.wrap_future(self._pool.submit(work))
 
     def _in_transaction(self, unit: Callable[[Connection], T]) -> T:
-        with self.store.engine.begin() as conn:
+        with translated(), self.store.engine.begin() as conn:
             return unit(conn)
 
     async def _transaction(self, unit: Callable[[Connection], T]) -> T:
@@ -147,6 +148,10 @@ class SQLiteExecutor(ThreadExecutor):
                 inline.close()
 
     async def _transaction(self, unit: Callable[[Connection], T]) -> T:
+        with translated():
+            return await self._inline_or_threaded(unit)
+
+    async def _inline_or_threaded(self, unit: Callable[[Connection], T]) -> T:
         try:
             conn = self._loop_connection()
         except OperationalError:
@@ -217,9 +222,13 @@ class PostgresExecutor:
     async def _fetch(self, key: tuple[Any, ...], params: dict[str, Any]) -> list[dict[str, Any]]:
         await self._ensure_open()
         sql, defaults = _compiled(key)
+        with translated():
+            return await self._execute(sql, {**defaults, **params})
+
+    async def _execute(self, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         async with self.pool.connection() as conn:
             cursor = conn.cursor(binary=True)  # binary results: no text parsing of uuids and timestamps
-            await cursor.execute(sql, {**defaults, **params})
+            await cursor.execute(sql, params)
             rows: list[dict[str, Any]] = await cursor.fetchall()  # type: ignore[assignment]  # dict_row
             return rows
 
