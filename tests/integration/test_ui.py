@@ -23,7 +23,7 @@ from baton.service.tokens import Scope, create_token
 from baton.storage import leases
 from baton.storage.engine import Store
 from baton.storage.leases import report_leadership
-from baton.storage.schedulers import record_heartbeat
+from baton.storage.scheduler_rows import record_heartbeat
 from baton.storage.tables import LeaderRecord, Task
 from baton.testing.factories import add_organisation, bearer, finish, pop, push
 from baton.ui.render import render

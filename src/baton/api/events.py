@@ -11,7 +11,7 @@ from baton.api.schemas import ErrorOut
 from baton.core.errors import ContradictoryInputError
 from baton.ingest.events import EVENT_KIND, SchedulerEvent, enqueue_event, event_organisation, target_scheduler
 from baton.storage.organisations import get_organisation
-from baton.storage.schedulers import get_scheduler
+from baton.storage.scheduler_rows import get_scheduler
 
 router = routing.router(tags=["events"])
 UNKNOWN_ORG: Responses = {404: {"model": ErrorOut, "description": "Unknown organisation"}}

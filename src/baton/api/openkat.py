@@ -171,7 +171,7 @@ async def push_creating_organisation(queues: QueueService, request: PushRequest,
     try:
         return await queues.push(request)
     except NotFoundError:
-        if not queues.settings.auto_organisations or not await queues.ensure_organisation(organisation):
+        if not await queues.adopt_organisation(organisation):
             raise
     return await queues.push(request)
 

@@ -30,7 +30,7 @@ from baton.core.jobs import OpenKatOrganisation, job_hash
 from baton.core.model import SchedulerType, utcnow
 from baton.storage import schedules as rows
 from baton.storage.filters import SCHEDULES, compile_tree
-from baton.storage.organisations import ensure_organisation
+from baton.storage.organisations import adopt_organisation
 from baton.storage.tables import Schedule
 
 router = routing.router(prefix="/schedules", tags=["openkat-compatible"])
@@ -173,8 +173,9 @@ async def create_schedule(body: ScheduleCreate, store: StoreDep, settings: Setti
 
     def work() -> dict[str, Any]:
         with store.session() as session:
-            if settings.auto_organisations:
-                ensure_organisation(session, body.organisation, settings.queue_maxsize)
+            adopt_organisation(
+                session, body.organisation, auto=settings.auto_organisations, maxsize=settings.queue_maxsize
+            )
             row = rows.create_schedule(
                 session,
                 scheduler_id=kind.value,

@@ -22,7 +22,7 @@ from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
 from baton.storage.engine import Store
 from baton.storage.leases import DIRECTOR_ROLE, report_leadership, revoke_claims
-from baton.storage.schedulers import all_specs, heartbeats
+from baton.storage.scheduler_rows import all_specs, heartbeats
 from baton.storage.tasks import requeue_stuck
 
 log = get_logger("baton.director")

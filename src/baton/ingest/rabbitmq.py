@@ -44,8 +44,7 @@ from baton.ingest.events import (
     target_scheduler,
 )
 from baton.storage.engine import Store
-from baton.storage.organisations import ensure_organisation
-from baton.storage.tables import Scheduler
+from baton.storage.organisations import adopt_organisation
 
 log = get_logger("baton.messaging")
 
@@ -370,10 +369,8 @@ class OpenKatEventRouter(BackgroundService):
             return
         try:
             with self.store.session() as session:
-                if self.auto_organisations:
-                    ensure_organisation(session, organisation, self.maxsize)
                 scheduler_id = target_scheduler(event, organisation)
-                if session.get(Scheduler, scheduler_id) is None:
+                if not adopt_organisation(session, organisation, auto=self.auto_organisations, maxsize=self.maxsize):
                     raise UnprocessableError(f"unknown organisation '{organisation}' (BATON_AUTO_ORGANISATIONS is off)")
                 enqueue_event(session, scheduler_id, event)
         except UnprocessableError as exc:

@@ -35,9 +35,9 @@ from baton.service.metrics import Metrics
 from baton.storage import queues as queue_rows
 from baton.storage.engine import Store
 from baton.storage.executors import QueueExecutor
-from baton.storage.organisations import ensure_organisation
+from baton.storage.organisations import adopt_organisation
 from baton.storage.queues import PushRequest, PushResult
-from baton.storage.schedulers import get_scheduler, list_schedulers
+from baton.storage.scheduler_rows import get_scheduler, list_schedulers
 from baton.storage.statements import PopTarget
 from baton.storage.tasks import RECORD_COLUMNS, find_task
 from baton.storage.wakeups import Wakeups, wakeups_for
@@ -289,13 +289,15 @@ class QueueService:
         if not self.store.is_postgresql:
             self.waiters.wake(queue_id)
 
-    async def ensure_organisation(self, organisation: str) -> bool:
-        """Create the organisation and its queues if missing; True when it exists afterwards."""
+    async def adopt_organisation(self, organisation: str) -> bool:
+        """An organisation a push names: created if missing and BATON_AUTO_ORGANISATIONS is on
+        (`storage.organisations.adopt_organisation`); True when it exists afterwards."""
 
         def work() -> bool:
             with self.store.session() as session:
-                ensure_organisation(session, organisation, self.settings.queue_maxsize)
-            return True
+                return adopt_organisation(
+                    session, organisation, auto=self.settings.auto_organisations, maxsize=self.settings.queue_maxsize
+                )
 
         return await asyncio.to_thread(work)
 

@@ -48,7 +48,7 @@ from baton.service.queues import QueueService, QueueView
 from baton.storage.engine import Store
 from baton.storage.leaders import leaders
 from baton.storage.queues import queue_counts
-from baton.storage.schedulers import get_scheduler, list_schedulers
+from baton.storage.scheduler_rows import get_scheduler, list_schedulers
 from baton.storage.statements import TASKS
 from baton.storage.tables import IS_QUEUED, Scheduler, Task
 

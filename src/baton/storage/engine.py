@@ -30,6 +30,10 @@ from baton.storage.errors import translated
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
+# The unit of work (one transaction) every layer above storage passes around: they name its type from
+# here, never from SQLAlchemy.
+__all__ = ["Session", "Store"]
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VERSION_TABLE = "alembic_version"  # alembic's default, which env.py keeps
 # Arbitrary constant key: serialises `migrate` across replicas starting at once on PostgreSQL.

@@ -103,3 +103,13 @@ def ensure_organisation(session: Session, org_id: str, maxsize: int) -> bool:
         .on_conflict_do_nothing(index_elements=[Scheduler.id])
     )
     return created is not None
+
+
+def adopt_organisation(session: Session, org_id: str, *, auto: bool, maxsize: int) -> bool:
+    """The rule for an organisation a push, a schedule or a message names (OpenKAT announces none):
+    with BATON_AUTO_ORGANISATIONS (`auto`) it is created, with its queues (`maxsize`), when first named. True when it
+    exists afterwards."""
+    if auto:
+        ensure_organisation(session, org_id, maxsize)
+        return True
+    return session.get(Organisation, org_id) is not None
