@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from fastapi import Body, HTTPException, Query, Response, status
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from harness.standins.common import Standin
 
@@ -23,6 +23,35 @@ class OrganisationIn(BaseModel):  # boefjes/worker/models.py Organisation
     id: str
     name: str
     deduplicate: bool = True
+
+
+class BoefjeIn(BaseModel):  # boefjes/worker/models.py Boefje, as POST /plugins reads it
+    type: Literal["boefje"]
+    id: str
+    name: str
+    version: str | None = None
+    scan_level: int = 1
+    consumes: set[str] = Field(default_factory=set)
+    produces: set[str] = Field(default_factory=set)
+    cron: str | None = None
+    interval: int | None = None
+    run_on: list[Literal["create", "update"]] | None = None
+    oci_image: str | None = None
+    oci_arguments: list[str] = Field(default_factory=list)
+    deduplicate: bool = True
+
+
+class BoefjeUpdate(BaseModel):  # plugins.py BoefjeIn: every field optional, only those sent change
+    name: str | None = None
+    version: str | None = None
+    scan_level: int = 1
+    consumes: set[str] = Field(default_factory=set)
+    produces: set[str] = Field(default_factory=set)
+    cron: str | None = None
+    interval: int | None = None
+    run_on: list[Literal["create", "update"]] | None = None
+    oci_image: str | None = None
+    oci_arguments: list[str] = Field(default_factory=list)
 
 
 def not_found(message: str) -> JSONResponse:  # root.py: entity_not_found_handler
@@ -73,18 +102,24 @@ class KatalogusStandin(Standin):
         run_on: list[Literal["create", "update"]] | None = None,
         produces: list[str] | None = None,
         deduplicate: bool = True,
+        static: bool = True,
+        name: str | None = None,
     ) -> None:
-        """A boefje, disabled for every organisation unless `enabled` (KATalogus' default for a boefje)."""
+        """A boefje, disabled for every organisation unless `enabled` (KATalogus' default for a boefje).
+        `static`: one of KATalogus' own (worker/repository.py adds its "boefje/<id>" mime types), else one
+        created through the API."""
         mime_types = [f"boefje/{boefje_id}"] + ([f"boefje/{boefje_id}-{version}"] if version else [])
+        if not static:
+            mime_types = []
         with self.lock:
             self.plugins[boefje_id] = {
                 "id": boefje_id,
-                "name": boefje_id.replace("-", " ").title(),
+                "name": name or boefje_id.replace("-", " ").title(),
                 "version": version,
                 "created": None,
                 "description": None,
                 "enabled": enabled,
-                "static": True,
+                "static": static,
                 "type": "boefje",
                 "scan_level": scan_level,
                 "consumes": sorted(consumes),
@@ -171,10 +206,10 @@ class KatalogusStandin(Standin):
                 return dict(self.organisations)
 
         @app.get("/v1/organisations/{organisation_id}")
-        def get_organisation(organisation_id: str) -> dict[str, Any]:
+        def get_organisation(organisation_id: str) -> Any:
             with self.lock:
-                if organisation_id not in self.organisations:
-                    raise HTTPException(status.HTTP_404_NOT_FOUND, "Unknown organisation")
+                if organisation_id not in self.organisations:  # the store raises OrganisationNotFound first
+                    return not_found(f"Organisation with id '{organisation_id}' not found")
                 return self.organisations[organisation_id]
 
         # Trailing slash as KATalogus declares it: POST /v1/organisations answers 405.
@@ -182,7 +217,11 @@ class KatalogusStandin(Standin):
         def add_organisation(organisation: OrganisationIn) -> Any:
             with self.lock:
                 if organisation.id in self.organisations:  # session.py: UniqueViolation -> 400
-                    return JSONResponse({"message": "Key (id) already exists"}, status_code=400)
+                    message = (
+                        'duplicate key value violates unique constraint "organisation_id"\n'
+                        f"DETAIL:  Key (id)=({organisation.id}) already exists.\n"
+                    )
+                    return JSONResponse({"message": message}, status_code=400)
                 self.add_organisation(organisation.id, organisation.name, deduplicate=organisation.deduplicate)
             return None
 
@@ -233,6 +272,32 @@ class KatalogusStandin(Standin):
                 if plugin["id"] == plugin_id:
                     return plugin
             raise HTTPException(status.HTTP_404_NOT_FOUND, "Plugin not found")
+
+        @app.post("/v1/organisations/{organisation_id}/plugins", status_code=201)
+        def add_plugin(organisation_id: str, plugin: BoefjeIn) -> Any:  # only boefjes, here
+            with self.lock:
+                if plugin.id in self.plugins:
+                    detail = "Duplicate plugin: a plugin with this plugin_id already exists"
+                    raise HTTPException(status.HTTP_400_BAD_REQUEST, detail)
+                fields = plugin.model_dump(exclude={"type", "id", "consumes", "produces"})
+                self.add_boefje(
+                    plugin.id, sorted(plugin.consumes), produces=sorted(plugin.produces), static=False, **fields
+                )
+            return None
+
+        @app.patch("/v1/organisations/{organisation_id}/boefjes/{boefje_id}", status_code=204, response_model=None)
+        def update_boefje(organisation_id: str, boefje_id: str, boefje: BoefjeUpdate) -> Any:
+            with self.lock:
+                if boefje_id not in self.plugins or self.plugins[boefje_id]["type"] != "boefje":
+                    return not_found(f"Plugin with id '{boefje_id}' not found")
+                if self.plugins[boefje_id]["static"]:
+                    raise HTTPException(status.HTTP_403_FORBIDDEN, "Updating a static plugin is not allowed")
+                changes = boefje.model_dump(exclude_unset=True)
+                for field in ("consumes", "produces"):
+                    if field in changes:
+                        changes[field] = sorted(changes[field])
+                self.update_boefje(boefje_id, **changes)
+            return Response(status_code=204)
 
         @app.patch("/v1/organisations/{organisation_id}/plugins/{plugin_id}", status_code=204, response_model=None)
         def update_plugin_state(organisation_id: str, plugin_id: str, enabled: bool = Body(False, embed=True)) -> Any:
