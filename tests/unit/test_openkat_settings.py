@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from baton.core.settings import Settings
+from baton.openkat import OpenKatClients, connect
 
 OPENKAT_NAMES = ("KATALOGUS_API", "OCTOPOES_API", "BYTES_API", "BYTES_USERNAME", "BYTES_PASSWORD", "QUEUE_URI")
 BATON_NAMES = (
@@ -19,6 +20,7 @@ BATON_NAMES = (
     "BATON_KATALOGUS_POLL_SECONDS",
     "BATON_RESCAN_INTERVAL_SECONDS",
     "BATON_RESCAN_JITTER_SECONDS",
+    "BATON_OPENKAT_RETRIES",
 )
 
 
@@ -118,3 +120,25 @@ def test_bytes_without_credentials_is_refused(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("BYTES_API", "http://bytes:8000")
     with pytest.raises(ValidationError, match="BATON_BYTES_USERNAME"):
         Settings()
+
+
+def test_clients_are_made_for_the_services_configured_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert connect(Settings().openkat) == OpenKatClients()  # today's embedded behaviour: nothing outside
+
+    openkat_env(monkeypatch)
+    monkeypatch.setenv("BATON_OPENKAT_RETRIES", "1")
+    clients = connect(Settings().openkat)
+    try:
+        assert clients.katalogus is not None and clients.katalogus.http.base_url == "http://katalogus:8000"
+        assert clients.octopoes is not None and clients.octopoes.http.base_url == "http://octopoes_api:80"
+        assert clients.bytes is not None and clients.bytes.http.base_url == "http://bytes:8000"
+        assert clients.katalogus.http.retry.retries == 1
+        assert clients.outages() == []
+    finally:
+        clients.close()
+
+    monkeypatch.delenv("OCTOPOES_API")
+    monkeypatch.delenv("BYTES_API")
+    partial = connect(Settings().openkat)
+    assert (partial.katalogus is not None, partial.octopoes, partial.bytes) == (True, None, None)
+    partial.close()
