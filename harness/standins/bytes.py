@@ -1,12 +1,13 @@
 """A Bytes stand-in: a user, bearer tokens and boefje runs (BoefjeMeta), speaking Bytes' wire format
-for the calls Baton makes.
+for the calls Baton makes and the one a test makes to add runs (POST /bytes/boefje_meta).
 
 Source: nl-kat-coordination bytes/bytes/api/root.py (POST /token: an OAuth2 password form, 401 with
 WWW-Authenticate on bad credentials), bytes/bytes/auth.py (OAuth2PasswordBearer: no token answers 401
 "Not authenticated", a bad or expired one 401 "Could not validate credentials"), bytes/bytes/api/__init__.py
 (the API under /bytes), bytes/bytes/api/router.py (GET /bytes/boefje_meta) with the filter of
 bytes/bytes/database/sql_meta_repository.py (an absent input_ooi lists only runs WITHOUT an input object;
-"*" lists all; ordered by started_at) and the model of bytes/bytes/models.py (BoefjeMeta).
+"*" lists all; ordered by started_at) and the model of bytes/bytes/models.py (BoefjeMeta; times in UTC
+with a "Z"). A request Bytes cannot validate answers 422 {"value": "<the errors>"} (root.py).
 """
 
 from __future__ import annotations
@@ -18,12 +19,35 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import OAuth2PasswordBearer
+from pydantic import AwareDatetime, BaseModel
 
 from harness.standins.common import Standin
 
 oauth2_scheme = OAuth2PasswordBearer(tokenUrl="token")
+
+
+class Boefje(BaseModel):
+    id: str
+    version: str | None = None
+
+
+class BoefjeMetaIn(BaseModel):  # bytes/bytes/models.py BoefjeMeta
+    id: uuid.UUID
+    started_at: AwareDatetime
+    ended_at: AwareDatetime
+    boefje: Boefje
+    input_ooi: str | None = None
+    arguments: dict[str, Any]
+    organization: str
+    runnable_hash: str | None = None
+    environment: dict[str, str] | None = None
+
+
+def utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class BytesStandin(Standin):
@@ -52,22 +76,25 @@ class BytesStandin(Standin):
         ended_at: datetime | None = None,
         version: str | None = None,
         run_id: uuid.UUID | None = None,
+        arguments: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """A boefje run (BoefjeMeta); started now and ended a second later unless told."""
         started = started_at or datetime.now(UTC)
         run = {
             "id": str(run_id or uuid.uuid4()),
-            "started_at": started.isoformat(),
-            "ended_at": (ended_at or started + timedelta(seconds=1)).isoformat(),
+            "started_at": utc(started),
+            "ended_at": utc(ended_at or started + timedelta(seconds=1)),
             "boefje": {"id": boefje_id, "version": version},
             "input_ooi": input_ooi,
-            "arguments": {},
+            "arguments": arguments or {},
             "organization": organisation_id,
             "runnable_hash": None,
             "environment": None,
             "_started": started,
         }
         with self.lock:
+            if any(known["id"] == run["id"] for known in self.runs):
+                raise ValueError(f"run {run['id']} exists already")
             self.runs.append(run)
         return run
 
@@ -82,6 +109,10 @@ class BytesStandin(Standin):
     def _routes(self) -> None:
         app = self.app
 
+        @app.exception_handler(RequestValidationError)
+        def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+            return JSONResponse({"value": str(exc.errors())}, status_code=422)
+
         @app.get("/health")
         def health() -> dict[str, Any]:
             return {"service": "bytes", "healthy": True, "version": "stand-in", "additional": None, "results": []}
@@ -92,8 +123,8 @@ class BytesStandin(Standin):
             form = parse_qs((await request.body()).decode())
             missing = [name for name in ("username", "password") if name not in form]
             if missing or "application/x-www-form-urlencoded" not in request.headers.get("content-type", ""):
-                fields = [{"type": "missing", "loc": ["body", name], "msg": "Field required"} for name in missing]
-                return JSONResponse({"detail": fields}, status_code=422)
+                fields = [{"type": "missing", "loc": ("body", name), "msg": "Field required"} for name in missing]
+                return JSONResponse({"value": str(fields)}, status_code=422)
             username, password = form["username"][0], form["password"][0]
             if (username, password) != (self.username, self.password):
                 raise HTTPException(401, "Incorrect username or password", headers={"WWW-Authenticate": "Bearer"})
@@ -102,6 +133,24 @@ class BytesStandin(Standin):
                 self.tokens.add(token)
             expires = datetime.now(UTC) + timedelta(minutes=15)
             return {"access_token": token, "token_type": "bearer", "expires_at": expires.isoformat()}
+
+        @app.post("/bytes/boefje_meta", dependencies=[Depends(self._authenticated)])
+        def create_boefje_meta(boefje_meta: BoefjeMetaIn) -> JSONResponse:
+            try:
+                self.add_run(
+                    boefje_meta.organization,
+                    boefje_meta.boefje.id,
+                    boefje_meta.input_ooi,
+                    started_at=boefje_meta.started_at,
+                    ended_at=boefje_meta.ended_at,
+                    version=boefje_meta.boefje.version,
+                    run_id=boefje_meta.id,
+                    arguments=boefje_meta.arguments,
+                )
+            except ValueError:
+                failed = {"status": "failed", "message": "Integrity error: object might already exist"}
+                return JSONResponse(failed, status_code=400)
+            return JSONResponse({"status": "success"}, status_code=201)
 
         @app.get("/bytes/boefje_meta", dependencies=[Depends(self._authenticated)])
         def get_boefje_meta(
