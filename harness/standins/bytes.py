@@ -12,6 +12,8 @@ with a "Z"). A request Bytes cannot validate answers 422 {"value": "<the errors>
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -56,7 +58,8 @@ class BytesStandin(Standin):
         self.username = username
         self.password = password
         self.tokens: set[str] = set()
-        self.runs: list[dict[str, Any]] = []
+        self.runs: dict[str, list[dict[str, Any]]] = {}  # organisation -> its runs, oldest start first
+        self._ids: set[str] = set()
         self._routes()
 
     # --- the state, as a test drives it ---
@@ -80,8 +83,9 @@ class BytesStandin(Standin):
     ) -> dict[str, Any]:
         """A boefje run (BoefjeMeta); started now and ended a second later unless told."""
         started = started_at or datetime.now(UTC)
-        run = {
-            "id": str(run_id or uuid.uuid4()),
+        identifier = str(run_id or uuid.uuid4())
+        run: dict[str, Any] = {
+            "id": identifier,
             "started_at": utc(started),
             "ended_at": utc(ended_at or started + timedelta(seconds=1)),
             "boefje": {"id": boefje_id, "version": version},
@@ -93,9 +97,10 @@ class BytesStandin(Standin):
             "_started": started,
         }
         with self.lock:
-            if any(known["id"] == run["id"] for known in self.runs):
-                raise ValueError(f"run {run['id']} exists already")
-            self.runs.append(run)
+            if identifier in self._ids:
+                raise ValueError(f"run {identifier} exists already")
+            self._ids.add(identifier)
+            bisect.insort(self.runs.setdefault(organisation_id, []), run, key=lambda known: known["_started"])
         return run
 
     # --- the API ---
@@ -162,12 +167,12 @@ class BytesStandin(Standin):
             descending: bool = True,
         ) -> list[dict[str, Any]]:
             with self.lock:
-                runs = [
+                in_order = reversed(self.runs.get(organization, [])) if descending else self.runs.get(organization, [])
+                runs = (
                     run
-                    for run in self.runs
-                    if run["organization"] == organization
-                    and (boefje_id is None or run["boefje"]["id"] == boefje_id)
+                    for run in in_order
+                    if (boefje_id is None or run["boefje"]["id"] == boefje_id)
                     and (input_ooi == "*" or run["input_ooi"] == input_ooi)
-                ]
-            runs.sort(key=lambda run: run["_started"], reverse=descending)
-            return [{k: v for k, v in run.items() if k != "_started"} for run in runs[offset : offset + limit]]
+                )
+                page = list(itertools.islice(runs, offset, offset + limit))
+            return [{k: v for k, v in run.items() if k != "_started"} for run in page]

@@ -99,14 +99,12 @@ class ServiceClient:
         max_connections: int = 10,
         retry: RetryPolicy | None = None,
         observer: Observer | None = None,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.service = service
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.observer = observer
         self.outages = OutageTracker(service, self.base_url)
-        self._sleep = sleep
         self._client = httpx.Client(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout),
@@ -132,7 +130,8 @@ class ServiceClient:
         data: Mapping[str, str] | None = None,
         raise_unauthorized: bool = False,
     ) -> T:
-        """The answer parsed; any status but 2xx is a failure (`OutsideServiceError`)."""
+        """The answer parsed; any status but 2xx is a failure (`OutsideServiceError`), except a 401 with
+        `raise_unauthorized`: that raises `Unauthorized` for the caller to log in again."""
         result = self._call(method, path, answer, params, json, data, missing_ok=False, unauthorized=raise_unauthorized)
         return cast(T, result)
 
@@ -179,7 +178,7 @@ class ServiceClient:
                 failure, retryable = f"answered {status} to {method} {path}", status >= 500
             if retryable and attempt <= self.retry.retries:
                 self._observe("retry")
-                self._sleep(backoff.next())
+                time.sleep(backoff.next())
                 continue
             raise self._failed(failure)
 
