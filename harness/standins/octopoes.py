@@ -3,7 +3,10 @@ speaking Octopoes' wire format for the calls Baton makes.
 
 Source: nl-kat-coordination octopoes/octopoes/api/router.py (list_objects, get_object, load_objects_bulk,
 health), bulk_router.py (list_object_clients) and api.py (the exception handlers: a validation error
-answers 422 with the error as a string, ObjectNotFoundException 404, NodeNotFound 404 "Node not found").
+answers 422 with the errors as a string, TypeNotFound 400 "Type not found", ObjectNotFoundException 404,
+NodeNotFound 404 "Node not found"; an unreachable XTDB 500). Checked against Octopoes' API run from its
+source (without XTDB) for the answers that need none: 422 for a naive or missing valid_time, 400 for an
+unknown type, 422 for scan level 7 or a load_bulk without a body.
 `valid_time` is an AwareDatetime: a naive or missing one is refused. The serialisation of objects is
 octopoes/octopoes/models/__init__.py (OOI, ScanProfileBase); load_bulk answers what
 ooi_repository.load_bulk gives: by primary key, with the scan profile document pulled through
@@ -144,7 +147,7 @@ class OctopoesStandin(Standin):
 
         @app.exception_handler(RequestValidationError)
         def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-            return JSONResponse({"detail": str(exc)}, status_code=422)  # api.py: detail=str(exc)
+            return JSONResponse({"detail": str(exc.errors())}, status_code=422)  # api.py: detail=str(exc)
 
         @app.get("/health")
         def root_health() -> dict[str, Any]:
@@ -181,9 +184,8 @@ class OctopoesStandin(Standin):
             limit: int = 20,
         ) -> dict[str, Any]:
             with self.lock:
-                unknown = [name for name in types if name != "OOI" and name not in self.types]
-                if unknown:  # router.py extract_types: ObjectNotFoundException
-                    raise HTTPException(404, str((unknown[0],)))
+                if any(name != "OOI" and name not in self.types for name in types):
+                    raise HTTPException(400, "Type not found")  # models/types.py type_by_name: TypeNotFound
                 node = self._node(client)
                 wanted = None if "OOI" in types else set(types)
                 levels = {int(level) for level in scan_level}

@@ -265,6 +265,13 @@ def test_objects_of_an_unknown_organisation_or_type_are_none(octopoes: tuple[Oct
     assert list(client.objects("acme", ["NoSuchType"])) == []
     assert list(client.objects("acme", [])) == []
     assert [item.primary_key for item in client.objects("acme", ["Hostname", "NoSuchType"])] == []  # as Octopoes
+    assert client.http.outages.current is None  # answers, not failures
+    # Octopoes answers an unknown type with 400 "Type not found" (checked on Octopoes' API run from source).
+    unknown_type = httpx.get(
+        f"{client.http.base_url}/acme/objects",
+        params={"types": "NoSuchType", "valid_time": datetime.now(UTC).isoformat()},
+    )
+    assert (unknown_type.status_code, unknown_type.json()) == (400, {"detail": "Type not found"})
 
 
 def test_one_object_and_a_missing_one(octopoes: tuple[OctopoesStandin, OctopoesClient]) -> None:

@@ -29,7 +29,11 @@ Outcome = Literal["ok", "retry", "error"]
 # Told of every call's end ("ok" or "error") and of every attempt that will be retried ("retry").
 Observer = Callable[[str, Outcome], None]
 Params = Mapping[str, Any]
-NOT_FOUND = object()  # a 404 where the caller accepts one
+NOT_FOUND = object()  # an answer the caller takes for "there is no such thing"
+
+
+def is_not_found(response: httpx.Response) -> bool:
+    return response.status_code == 404
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,7 @@ class ServiceClient:
     ) -> T:
         """The answer parsed; any status but 2xx is a failure (`OutsideServiceError`), except a 401 with
         `raise_unauthorized`: that raises `Unauthorized` for the caller to log in again."""
-        result = self._call(method, path, answer, params, json, data, missing_ok=False, unauthorized=raise_unauthorized)
+        result = self._call(method, path, answer, params, json, data, missing=None, unauthorized=raise_unauthorized)
         return cast(T, result)
 
     def fetch_or_none(
@@ -144,9 +148,10 @@ class ServiceClient:
         params: Params | None = None,
         json: Any = None,
         raise_unauthorized: bool = False,
+        missing: Callable[[httpx.Response], bool] = is_not_found,
     ) -> T | None:
-        """As `fetch`, but a 404 answers None (the thing asked for does not exist)."""
-        result = self._call(method, path, answer, params, json, None, missing_ok=True, unauthorized=raise_unauthorized)
+        """As `fetch`, but an answer `missing` recognises (a 404) is None: the thing asked for does not exist."""
+        result = self._call(method, path, answer, params, json, None, missing=missing, unauthorized=raise_unauthorized)
         return None if result is NOT_FOUND else cast(T, result)
 
     def _call(
@@ -158,7 +163,7 @@ class ServiceClient:
         json: Any,
         data: Mapping[str, str] | None,
         *,
-        missing_ok: bool,
+        missing: Callable[[httpx.Response], bool] | None,
         unauthorized: bool,
     ) -> Any:
         backoff = Backoff(initial=self.retry.initial, maximum=self.retry.maximum)
@@ -173,8 +178,10 @@ class ServiceClient:
                 status = response.status_code
                 if status == 401 and unauthorized:
                     raise Unauthorized()
-                if status < 300 or (status == 404 and missing_ok):
+                if status < 300:
                     return self._answered(method, path, answer, response)
+                if missing is not None and missing(response):
+                    return self._answered(method, path, answer, None)
                 failure, retryable = f"answered {status} to {method} {path}", status >= 500
             if retryable and attempt <= self.retry.retries:
                 self._observe("retry")
@@ -182,9 +189,9 @@ class ServiceClient:
                 continue
             raise self._failed(failure)
 
-    def _answered(self, method: str, path: str, answer: TypeAdapter[T], response: httpx.Response) -> Any:
+    def _answered(self, method: str, path: str, answer: TypeAdapter[T], response: httpx.Response | None) -> Any:
         result: Any = NOT_FOUND
-        if response.status_code != 404:
+        if response is not None:
             try:
                 result = answer.validate_json(response.content) if response.content else answer.validate_python(None)
             except ValidationError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator
 from datetime import UTC, datetime
 
+import httpx
 from pydantic import TypeAdapter
 
 from baton.core.errors import InvalidInputError, NotFoundError
@@ -21,6 +22,14 @@ OBJECT = TypeAdapter(OOI)
 BY_REFERENCE = TypeAdapter(dict[str, OOI])
 SCAN_LEVELS = range(5)
 LOAD_BULK_BATCH = 500  # references per POST: a few tens of KiB of body
+
+
+def no_such_organisation_or_type(response: httpx.Response) -> bool:
+    """404: no XTDB node for the organisation; 400 "Type not found": a type Octopoes does not know
+    (octopoes/api/api.py, type_not_found; mula expected a 404 there)."""
+    if response.status_code == 404:
+        return True
+    return response.status_code == 400 and b"Type not found" in response.content
 
 
 def valid_time_param(valid_time: datetime | None) -> str:
@@ -46,7 +55,7 @@ class OctopoesClient:
     ) -> Iterator[OOI]:
         """The organisation's objects of those types at those scan levels, fetched a page at a time as the
         caller iterates (mula's page of 1000). One `valid_time` for every page, so the pages agree.
-        An organisation or a type Octopoes does not know (404) has no objects, as in mula."""
+        An organisation or a type Octopoes does not know has no objects."""
         if not object_types:
             return
         params = {
@@ -58,7 +67,11 @@ class OctopoesClient:
         offset = 0
         while True:
             page = self.http.fetch_or_none(
-                "GET", f"/{organisation_id}/objects", PAGE, params={**params, "offset": offset}
+                "GET",
+                f"/{organisation_id}/objects",
+                PAGE,
+                params={**params, "offset": offset},
+                missing=no_such_organisation_or_type,
             )
             if page is None:
                 return
