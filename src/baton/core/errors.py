@@ -80,3 +80,13 @@ class DatabaseUnavailableError(BatonError):
 
 class ConfigurationError(BatonError):
     """A setting or the environment stops a command; the message says which and how to fix it."""
+
+
+class OutsideServiceError(BatonError):
+    """An outside service (OpenKAT's KATalogus, Octopoes or Bytes) did not answer, or answered what
+    Baton cannot use, after the retries; `service` names it and `reason` says why in a few words."""
+
+    def __init__(self, service: str, reason: str) -> None:
+        super().__init__(f"{service}: {reason}")
+        self.service = service
+        self.reason = reason

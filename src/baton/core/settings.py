@@ -7,10 +7,13 @@ BATON_RETRY_PERIOD_SECONDS, ...).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///baton.db"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -35,6 +38,28 @@ def check_database_url(url: str) -> str:
     return url
 
 
+class OpenKatNames(PydanticBaseSettingsSource):
+    """Settings from OpenKAT's own variable names (QUEUE_URI, KATALOGUS_API, ...), so that OpenKAT's `.env`
+    configures Baton unchanged. The last source: Baton's own name wins when both are set."""
+
+    def __init__(self, settings_cls: type[BaseSettings], names: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self.names = names  # field -> OpenKAT's variable
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ reads every name at once
+
+    def __call__(self) -> dict[str, Any]:
+        environment = {name.upper(): value for name, value in os.environ.items()}
+        return {field: environment[name] for field, name in self.names.items() if name in environment}
+
+
+def with_openkat_names(
+    settings_cls: type[BaseSettings], names: Mapping[str, str], *sources: PydanticBaseSettingsSource
+) -> tuple[PydanticBaseSettingsSource, ...]:
+    return (*sources, OpenKatNames(settings_cls, names))
+
+
 class AmqpSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BATON_AMQP_", extra="ignore")
 
@@ -42,6 +67,18 @@ class AmqpSettings(BaseSettings):
     enabled: bool = Field(False, description="Consume organisation and scheduler events from RabbitMQ.")
     prefetch: int = Field(500, ge=1, le=10_000, description="Unacked messages a consumer may hold.")
     batch: int = Field(500, ge=1, le=10_000, description="Events a scheduler turns into tasks per transaction.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources = (init_settings, env_settings, dotenv_settings, file_secret_settings)
+        return with_openkat_names(settings_cls, {"url": "QUEUE_URI"}, *sources)
 
 
 class K8sSettings(BaseSettings):
@@ -96,6 +133,79 @@ class RecoverySettings(BaseSettings):
         1800, gt=0, description="A dispatched/running task without an update for this long is re-queued."
     )
     task_max_attempts: int = Field(3, ge=1, description="Re-queues before a stuck task is marked failed.")
+
+
+class OpenKatSettings(BaseSettings):
+    """OpenKAT's services. Each also reads OpenKAT's own variable (KATALOGUS_API, OCTOPOES_API, BYTES_API,
+    BYTES_USERNAME, BYTES_PASSWORD); without the URLs Baton keeps its own catalogue and calls nothing outside."""
+
+    model_config = SettingsConfigDict(env_prefix="BATON_", extra="ignore")
+
+    katalogus_url: str | None = Field(
+        None, description="KATalogus' URL (also KATALOGUS_API): plugins and organisations come from it when set."
+    )
+    octopoes_url: str | None = Field(
+        None, description="Octopoes' URL (also OCTOPOES_API): objects and their scan levels for rescans."
+    )
+    bytes_url: str | None = Field(None, description="Bytes' URL (also BYTES_API): when each boefje last ran.")
+    bytes_username: str | None = Field(None, description="User Baton logs in to Bytes as (also BYTES_USERNAME).")
+    bytes_password: SecretStr | None = Field(None, description="Password of that Bytes user (also BYTES_PASSWORD).")
+    katalogus_poll_seconds: float = Field(
+        60.0, gt=0, description="How often KATalogus' organisations and plugins are read (mula: 60 s)."
+    )
+    rescan_interval_seconds: float = Field(
+        60.0, gt=0, description="A due rescan schedule becomes a task within this long of its deadline (mula: 60 s)."
+    )
+    rescan_jitter_seconds: float = Field(
+        5 * 3600.0, ge=0, description="Random extra delay, up to this, added to each rescan's grace period."
+    )
+    openkat_timeout_seconds: float = Field(
+        10.0, gt=0, description="Timeout of one request to KATalogus, Octopoes or Bytes (mula: 10 s)."
+    )
+    openkat_retries: int = Field(
+        3, ge=0, le=10, description="Retries of a request that failed to connect, timed out or got a 5xx."
+    )
+    openkat_max_connections: int = Field(
+        10, ge=1, le=1000, description="Connections Baton keeps open to each of KATalogus, Octopoes and Bytes."
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources = (init_settings, env_settings, dotenv_settings, file_secret_settings)
+        return with_openkat_names(settings_cls, OPENKAT_SERVICE_NAMES, *sources)
+
+    @field_validator("katalogus_url", "octopoes_url", "bytes_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"'{value[:60]}' is not an http:// or https:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _bytes_login(self) -> OpenKatSettings:
+        if self.bytes_url and not (self.bytes_username and self.bytes_password):
+            raise ValueError("Bytes needs BATON_BYTES_USERNAME and BATON_BYTES_PASSWORD (or BYTES_USERNAME/PASSWORD)")
+        return self
+
+
+# OpenKAT's variable for each of OpenKatSettings' fields (OpenKAT's .env-defaults and .env-dist).
+OPENKAT_SERVICE_NAMES = {
+    "katalogus_url": "KATALOGUS_API",
+    "octopoes_url": "OCTOPOES_API",
+    "bytes_url": "BYTES_API",
+    "bytes_username": "BYTES_USERNAME",
+    "bytes_password": "BYTES_PASSWORD",
+}
 
 
 class Settings(BaseSettings):
@@ -157,6 +267,21 @@ class Settings(BaseSettings):
     timing: TimingSettings = Field(default_factory=TimingSettings)
     leases: LeaseSettings = Field(default_factory=LeaseSettings)
     recovery: RecoverySettings = Field(default_factory=RecoverySettings)
+    openkat: OpenKatSettings = Field(
+        default_factory=OpenKatSettings, description="OpenKAT's KATalogus, Octopoes and Bytes, when Baton uses them."
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources = (init_settings, env_settings, dotenv_settings, file_secret_settings)
+        return with_openkat_names(settings_cls, {"database_url": "SCHEDULER_DB_URI"}, *sources)
 
     @model_validator(mode="before")
     @classmethod
@@ -199,6 +324,7 @@ GROUPS: dict[str, tuple[type[BaseSettings], str]] = {
     "timing": (TimingSettings, ""),
     "leases": (LeaseSettings, ""),
     "recovery": (RecoverySettings, ""),
+    "openkat": (OpenKatSettings, ""),
 }
 # The prefix of each group's variables, to name a bad one in an error message.
 GROUP_PREFIXES = {
@@ -207,5 +333,6 @@ GROUP_PREFIXES = {
     "TimingSettings": "BATON_",
     "LeaseSettings": "BATON_",
     "RecoverySettings": "BATON_",
+    "OpenKatSettings": "BATON_",
     "Settings": "BATON_",
 }
