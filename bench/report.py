@@ -737,7 +737,7 @@ def section_workers(result: dict[str, Any]) -> list[str]:
         f"< {targets['sigterm_handover_s']:g} s); hand-over = until every scheduler runs under the remaining "
         "workers (schedulers the stopped worker held in brackets). Events were fed to every normalizer all "
         "along, and every write to a scheduler row, task or consumed event was logged by triggers "
-        "(`baton.testing.writelog`) and judged per case.",
+        "(`harness.writelog`) and judged per case.",
         "",
         *table(
             [

@@ -23,7 +23,7 @@ from baton.ingest.events import InProcessSource, parse_event
 from baton.ingest.schedulers import BoefjeScheduler, NormalizerScheduler, ReportScheduler, SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.plugins import seed_plugins
-from baton.testing.servers import api_replicas
+from harness.servers import api_replicas
 from tests.contract.openkat import (
     PaginatedSchedulesResponse,
     PaginatedTasksResponse,
