@@ -1,5 +1,5 @@
 """OpenKAT drop-in, as OpenKAT's runners and web UI use Baton: every answer and every task Baton's
-schedulers make is validated against models of OpenKAT's clients (tests/contract/openkat.py), with
+schedulers make is validated against models of OpenKAT's clients (tests/openkat_models.py), with
 their strictness. On both backends."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from baton.ingest.schedulers import BoefjeScheduler, NormalizerScheduler, Report
 from baton.storage.engine import Store
 from baton.storage.plugins import seed_plugins
 from harness.servers import api_replicas
-from tests.contract.openkat import (
+from tests.openkat_models import (
     PaginatedSchedulesResponse,
     PaginatedTasksResponse,
     RockyTask,
