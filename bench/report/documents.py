@@ -60,7 +60,7 @@ def section_targets(found: list[Verdict], scenarios: dict[str, Any]) -> list[str
     lines = [
         "## Targets",
         "",
-        "Computed by `bench/report.py` from the measurements below (each a ratio against a baseline of the same "
+        "Computed by `bench/report/` from the measurements below (each a ratio against a baseline of the same "
         "run, except ingest's absolute rate, a scheduler process's memory and the lease scenarios' times and "
         "counts, whose thresholds follow from the lease settings of the run).",
         "",
