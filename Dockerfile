@@ -12,9 +12,6 @@ COPY pyproject.toml README.md ./
 COPY src ./src
 RUN /opt/baton/bin/pip install . \
     && /opt/baton/bin/python -m compileall -q /opt/baton/lib
-COPY deploy/probe.py /opt/baton/bin/baton-probe
-RUN chmod 755 /opt/baton/bin/baton-probe \
-    && sed -i '1s|.*|#!/opt/baton/bin/python|' /opt/baton/bin/baton-probe
 
 FROM ${PYTHON_IMAGE}
 ENV PATH=/opt/baton/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

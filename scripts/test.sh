@@ -16,8 +16,8 @@ fi
 # Every temporary file of the run lives under the services folder, which goes when we exit.
 export TMPDIR="$BATON_SERVICES_DIR/tmp"
 mkdir -p "$TMPDIR" && chmod 755 "$TMPDIR"
-ruff check src tests bench scripts
-ruff format --check src tests bench scripts
+ruff check src harness tests bench scripts
+ruff format --check src harness tests bench scripts
 mypy
 lint-imports
 python -m pytest --basetemp="$TMPDIR/pytest" "$@"

@@ -57,7 +57,7 @@ def write_results(
         + ".",
         "",
         "Healthchecks of the compose file (`podman healthcheck run`: `pg_isready`, `rabbitmq-diagnostics`, "
-        "`baton-probe api`, `baton-probe director`): "
+        "`baton probe api`, `baton probe director`): "
         f"after compose up {healthy(split['healthy_at_start'])}; after every kill and restart "
         f"{healthy(split['healthy_at_end'])}.",
         "",

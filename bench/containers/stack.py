@@ -127,7 +127,7 @@ class Stack:
         return {"Authorization": f"Bearer {self.token}"}
 
     def healthchecks(self, *services: str) -> dict[str, bool]:
-        """Each container's compose healthcheck (`baton-probe`), run once: Podman schedules them only
+        """Each container's compose healthcheck (`baton probe`), run once: Podman schedules them only
         with systemd, so they are run on demand, as `podman healthcheck run` does by hand."""
         return {
             name: subprocess.run(["podman", "healthcheck", "run", name], capture_output=True, timeout=60).returncode

@@ -23,9 +23,9 @@ import psycopg
 
 from baton.storage import statements
 from baton.storage.engine import libpq_conninfo
-from baton.testing.servers import stop_processes, wait_ready
-from baton.testing.waiting import free_port
 from bench.loadgen import Rate, Request, measure
+from harness.servers import stop_processes, wait_ready
+from harness.waiting import free_port
 
 ORG = "bench"
 QUEUE = f"boefje-{ORG}"
@@ -83,7 +83,7 @@ def fresh_database(ctx: Context) -> None:
     and no write audit left by an earlier scenario (its triggers would slow every push measured)."""
     from baton.core.settings import Settings
     from baton.runtime import prepare_store
-    from baton.testing.writelog import uninstall
+    from harness.writelog import uninstall
 
     prepare_store(Settings(database_url=ctx.database_url)).dispose()
     uninstall(ctx.database_url)

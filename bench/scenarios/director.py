@@ -21,8 +21,8 @@ from baton.core.logging import configure_logging
 from baton.core.settings import Settings
 from baton.runtime import scheduler_context
 from baton.storage.engine import Store
-from baton.testing.writelog import install
 from bench.scenarios.common import Context, add_organisations, connect, fresh_database
+from harness.writelog import install
 
 # Idle schedulers poll rarely, so the machine measures the director, not 3,000 pollers. Lease
 # renewals (every retry period, one statement for all) keep their defaults: the retry period must
@@ -110,7 +110,7 @@ def one_case(
     overrides: dict[str, Any] | None = None,
     audit: bool = False,
 ) -> dict[str, Any]:
-    """`audit`: with the write audit's triggers (baton.testing.writelog), as the workers are measured."""
+    """`audit`: with the write audit's triggers (harness.writelog), as the workers are measured."""
     fresh_database(ctx)
     if audit:
         install(ctx.database_url)

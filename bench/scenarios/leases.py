@@ -10,7 +10,7 @@
 
 For each: seconds from the fault until every scheduler row is `running`, owned by a director that
 is alive and not frozen, with a heartbeat written after the fault (on the database's clock). Every
-scheduler write is logged by triggers (baton.testing.writelog) and judged at the end: writes from a
+scheduler write is logged by triggers (harness.writelog) and judged at the end: writes from a
 superseded term, stopped/failed marks by a process that did not own the row.
 
 Then, bounded, the Kubernetes Lease elector under the same freeze: two `baton director --runner
@@ -34,7 +34,8 @@ from typing import Any
 
 from baton.core.logging import configure_logging
 from baton.core.settings import LeaseSettings
-from baton.testing.leasechaos import (
+from bench.scenarios.common import Context, add_organisations, connect, fresh_database
+from harness.leasechaos import (
     EventFeeder,
     Member,
     Pool,
@@ -44,8 +45,7 @@ from baton.testing.leasechaos import (
     terminate_connections_of,
     wait_for,
 )
-from baton.testing.writelog import analyse, install
-from bench.scenarios.common import Context, add_organisations, connect, fresh_database
+from harness.writelog import analyse, install
 
 # Kubernetes' controller defaults (kube-controller-manager): lease 15 s, renew deadline 10 s, retry 2 s.
 LEASES = LeaseSettings(lease_seconds=15, renew_deadline_seconds=10, retry_period_seconds=2)

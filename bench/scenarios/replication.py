@@ -1,4 +1,4 @@
-"""Replication: the chaos scenario (`baton.testing.chaos.run_chaos`: API replicas and two directors as
+"""Replication: the chaos scenario (`harness.chaos.run_chaos`: API replicas and two directors as
 real processes, job runners working while an API replica, the leading director and a scheduler are
 SIGKILLed) and completed tasks per second with 1, 2 and 4 API replicas (`run_throughput`)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from baton.core.logging import configure_logging
-from baton.testing.chaos import run_chaos, run_throughput
 from bench.scenarios.common import Context, ratio
+from harness.chaos import run_chaos, run_throughput
 
 REPLICAS = (1, 2, 4)
 CLIENTS = 8

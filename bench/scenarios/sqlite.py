@@ -22,10 +22,10 @@ from baton.core.settings import Settings
 from baton.runtime import prepare_store
 from baton.storage.organisations import create_organisation
 from baton.storage.statements import TASKS
-from baton.testing.servers import stop_processes, wait_ready
-from baton.testing.waiting import free_port
 from bench.loadgen import Request
 from bench.scenarios.common import ORG, QUEUE, Context, clients, http_pop, interleaved, ratio, rows_against, serve
+from harness.servers import stop_processes, wait_ready
+from harness.waiting import free_port
 
 CLIENTS = (1, 8)
 MINIMAL = "minimal ASGI app (reference)"

@@ -6,7 +6,7 @@ live worker and `running`; how evenly they are shared (max / min per worker once
 memory (VmRSS from /proc) per worker and per scheduler; with 2 and 4 workers, the hand-over after
 SIGKILL of one worker (its leases must expire: target lease + one worker round) and after SIGTERM
 (it releases its rows: target < 2 s). Every write to a scheduler row, task or consumed event is
-logged by triggers (baton.testing.writelog) and the log is judged per case: no write from a
+logged by triggers (harness.writelog) and the log is judged per case: no write from a
 superseded term, no scheduler marked stopped or failed by a process that did not own it.
 """
 
@@ -22,10 +22,10 @@ from typing import Any
 
 from baton.core.logging import configure_logging
 from baton.core.settings import LeaseSettings, Settings
-from baton.testing.leasechaos import EventFeeder, Member, Pool, pool, wait_for
-from baton.testing.writelog import analyse, install
 from bench.scenarios import director
 from bench.scenarios.common import Context, add_organisations, connect, fresh_database
+from harness.leasechaos import EventFeeder, Member, Pool, pool, wait_for
+from harness.writelog import analyse, install
 
 LEASES = LeaseSettings(lease_seconds=15, renew_deadline_seconds=10, retry_period_seconds=2)  # the defaults
 # A worker's round (control/workers.py): claims and releases happen once per round.

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from baton.core.model import TaskStatus
 from baton.storage.engine import Store
-from baton.testing.factories import add_organisation, finish, pop, push
+from harness.factories import add_organisation, finish, pop, push
 
 _counter = itertools.count()
 

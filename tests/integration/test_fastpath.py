@@ -17,7 +17,7 @@ from baton.core.settings import Settings
 from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
 from baton.storage.queues import PushRequest
-from baton.testing.factories import add_organisation, bearer, push
+from harness.factories import add_organisation, bearer, push
 
 ALL_KEYS = {
     "id",

@@ -23,9 +23,9 @@ from baton.storage.engine import Store
 from baton.storage.inbox import enqueue_event
 from baton.storage.queues import PushRequest
 from baton.storage.tables import Scheduler as SchedulerRow
-from baton.testing.factories import add_organisation, fast_settings
-from baton.testing.waiting import wait_until
-from baton.testing.writelog import analyse, install
+from harness.factories import add_organisation, fast_settings
+from harness.waiting import wait_until
+from harness.writelog import analyse, install
 from tests.conftest import fresh_postgres_database
 
 LEASES = LeaseSettings(lease_seconds=3, renew_deadline_seconds=2, retry_period_seconds=0.1)

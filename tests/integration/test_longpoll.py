@@ -25,9 +25,9 @@ from fastapi.testclient import TestClient
 from baton.core.model import TaskStatus
 from baton.storage.engine import Store, libpq_conninfo
 from baton.storage.wakeups import APPLICATION_NAME, ChangeWatcher
-from baton.testing.factories import add_organisation, finish, pop, push
-from baton.testing.servers import api_replicas
-from baton.testing.waiting import free_port, wait_until
+from harness.factories import add_organisation, finish, pop, push
+from harness.servers import api_replicas
+from harness.waiting import free_port, wait_until
 
 LONG = 120  # seconds a pop may wait: far longer than a wake-up takes, well within the test's timeout
 SETTLE = 60  # seconds allowed for a condition to come true

@@ -40,8 +40,8 @@ from baton.storage.organisations import create_organisation
 from baton.storage.plugins import seed_plugins
 from baton.storage.statements import PopTarget
 from baton.storage.tables import Organisation, Plugin, Scheduler, Task
-from baton.testing.servers import rabbitmqctl
-from baton.testing.waiting import wait_until
+from harness.servers import rabbitmqctl
+from harness.waiting import wait_until
 
 NORMALIZERS = [PluginSpec(id="norm-a", type="normalizer", name="A", consumes=["text/a"])]
 

@@ -1,5 +1,5 @@
 """OpenKAT drop-in, as OpenKAT's runners and web UI use Baton: every answer and every task Baton's
-schedulers make is validated against models of OpenKAT's clients (tests/contract/openkat.py), with
+schedulers make is validated against models of OpenKAT's clients (tests/openkat_models.py), with
 their strictness. On both backends."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from baton.ingest.events import InProcessSource, parse_event
 from baton.ingest.schedulers import BoefjeScheduler, NormalizerScheduler, ReportScheduler, SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.plugins import seed_plugins
-from baton.testing.servers import api_replicas
-from tests.contract.openkat import (
+from harness.servers import api_replicas
+from tests.openkat_models import (
     PaginatedSchedulesResponse,
     PaginatedTasksResponse,
     RockyTask,

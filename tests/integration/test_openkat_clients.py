@@ -16,12 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
-from harness.standins import BytesStandin, KatalogusStandin, OctopoesStandin, StandinServer
 from structlog.testing import capture_logs
 
 from baton.core.errors import InvalidInputError, NotFoundError, OutsideServiceError
 from baton.openkat import BytesClient, KatalogusClient, OctopoesClient
 from baton.openkat.http import Outcome, RetryPolicy, ServiceClient
+from harness.standins import BytesStandin, KatalogusStandin, OctopoesStandin, StandinServer
 
 FAST_RETRIES = RetryPolicy(retries=2, initial=0.01, maximum=0.02)
 PLUGINS = "GET /v1/organisations/{organisation_id}/plugins"

@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
-from harness.standins import BytesStandin, StandinServer
 
 from baton.openkat import BytesClient
+from harness.standins import BytesStandin, StandinServer
 from tests.integration.test_openkat_clients import http, katalogus_standin_server, real_katalogus_url
 
 Call = Callable[..., Any]

@@ -11,7 +11,7 @@ from baton.api import create_app
 from baton.core.settings import Settings
 from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
-from baton.testing.factories import bearer
+from harness.factories import bearer
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from baton.storage import queues, statements
 from baton.storage.engine import Store
 from baton.storage.executors import SQLiteExecutor
 from baton.storage.statements import PopTarget
-from baton.testing.factories import add_organisation, push
+from harness.factories import add_organisation, push
 
 TARGETS = [
     PopTarget(queue="boefje-acme"),

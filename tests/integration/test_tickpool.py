@@ -16,8 +16,8 @@ from baton.ingest.events import Delivery
 from baton.ingest.schedulers import SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.tables import Scheduler as SchedulerRow
-from baton.testing.factories import add_organisation, fast_settings
-from baton.testing.waiting import wait_until
+from harness.factories import add_organisation, fast_settings
+from harness.waiting import wait_until
 
 ORGANISATIONS = [f"org{n}" for n in range(12)]
 

@@ -25,9 +25,9 @@ from baton.storage.engine import Store
 from baton.storage.leases import report_leadership
 from baton.storage.scheduler_rows import record_heartbeat
 from baton.storage.tables import LeaderRecord, Task
-from baton.testing.factories import add_organisation, bearer, finish, pop, push
 from baton.ui.render import render
 from baton.ui.router import broker_queues
+from harness.factories import add_organisation, bearer, finish, pop, push
 
 
 def fail(store: Store, queue: str, count: int = 1, task_hash: str | None = None) -> list[str]:

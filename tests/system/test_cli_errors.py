@@ -15,7 +15,7 @@ import pytest
 from baton.core.model import utcnow
 from baton.storage.engine import Store
 from baton.storage.leases import leadership
-from baton.testing.waiting import wait_until
+from harness.waiting import wait_until
 
 
 def baton(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -1,5 +1,5 @@
 """Leases and fencing against real processes on PostgreSQL: directors and workers frozen past their
-lease, killed, cut off; every scheduler write audited by triggers (baton.testing.writelog).
+lease, killed, cut off; every scheduler write audited by triggers (harness.writelog).
 
 Short leases (6 s, renew deadline 4 s, retry 0.25 s) keep this small. Timings are recorded, not
 asserted (machines differ): bench/scenarios/leases.py measures them; here every fault must end with
@@ -18,7 +18,7 @@ from baton.core.settings import Settings
 from baton.ingest.catalogue import seed_catalogue
 from baton.runtime import prepare_store
 from baton.storage.organisations import create_organisation
-from baton.testing.leasechaos import (
+from harness.leasechaos import (
     EventFeeder,
     Member,
     Pool,
@@ -29,7 +29,7 @@ from baton.testing.leasechaos import (
     terminate_connections_of,
     wait_for,
 )
-from baton.testing.writelog import analyse, install
+from harness.writelog import analyse, install
 from tests.conftest import POSTGRES_URL, fresh_postgres_database
 
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="needs PostgreSQL (scripts/test.sh starts one)")

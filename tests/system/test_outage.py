@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from baton.testing.servers import ThrowawayPostgres
-from baton.testing.waiting import free_port, wait_until
+from harness.servers import ThrowawayPostgres
+from harness.waiting import free_port, wait_until
 
 
 @pytest.fixture

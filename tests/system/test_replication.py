@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from baton.testing.chaos import run_chaos
+from harness.chaos import run_chaos
 
 
 def test_two_api_replicas_two_directors_one_kill_each(pg_url: str) -> None:

@@ -25,7 +25,7 @@ from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation, delete_organisation
 from baton.storage.tables import Schedule
 from baton.storage.tables import Scheduler as SchedulerRow
-from baton.testing.waiting import wait_until
+from harness.waiting import wait_until
 
 FAST = {
     "BATON_RETRY_PERIOD_SECONDS": "0.2",

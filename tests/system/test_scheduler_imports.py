@@ -21,7 +21,7 @@ from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
 from baton.storage.tables import Scheduler as SchedulerRow
-from baton.testing.waiting import wait_until
+from harness.waiting import wait_until
 
 # Top-level packages that only the API, the status page, the Kubernetes runner, migrations, the
 # command line's help or the tests need.
@@ -37,6 +37,7 @@ NOT_IN_A_SCHEDULER = frozenset(
         "alembic",
         "mako",
         "playwright",
+        "harness",
         "rich",
         "pygments",
         "yaml",
@@ -45,7 +46,7 @@ NOT_IN_A_SCHEDULER = frozenset(
     }
 )
 # Baton's layers that a scheduler never calls: its process holds ingest, storage and core only.
-BATON_LAYERS_NOT_IN_A_SCHEDULER = ("baton.api", "baton.ui", "baton.service", "baton.control", "baton.testing")
+BATON_LAYERS_NOT_IN_A_SCHEDULER = ("baton.api", "baton.ui", "baton.service", "baton.control")
 
 
 # `python -c DRIVER <baton arguments>`: what `python -m baton <baton arguments>` does, and on exit

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from baton.testing.waiting import free_port, wait_until
+from harness.waiting import free_port, wait_until
 
 
 def test_baton_serve_subprocess_push_and_pop(tmp_path: Path) -> None:

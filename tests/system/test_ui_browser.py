@@ -24,7 +24,7 @@ import pytest
 
 from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
-from baton.testing.waiting import free_port, wait_until
+from harness.waiting import free_port, wait_until
 
 CHROMIUM = os.environ.get("BATON_CHROMIUM", "/usr/bin/chromium")
 # Headless, and nothing that reaches out of the machine by itself.

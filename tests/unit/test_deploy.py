@@ -61,8 +61,8 @@ def test_deployments_replicas_probes_and_security() -> None:
     director = deployments["baton-director"]["spec"]["template"]["spec"]
     assert director["serviceAccountName"] == "baton-director"
     assert director["containers"][0]["args"] == ["director", "--runner", "kubernetes"]
-    assert director["containers"][0]["readinessProbe"]["exec"]["command"] == ["baton-probe", "director"]
-    assert director["containers"][0]["livenessProbe"]["exec"]["command"] == ["baton-probe", "director", "--live"]
+    assert director["containers"][0]["readinessProbe"]["exec"]["command"] == ["baton", "probe", "director"]
+    assert director["containers"][0]["livenessProbe"]["exec"]["command"] == ["baton", "probe", "director", "--live"]
     for deployment in deployments.values():
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
@@ -107,8 +107,8 @@ def test_workers_overlay_replaces_the_director_with_workers_that_need_no_api() -
     assert deployment["spec"]["replicas"] == 3 and pod["automountServiceAccountToken"] is False
     [container] = pod["containers"]
     assert container["args"] == ["worker"] and container["image"] == "baton"
-    assert container["readinessProbe"]["exec"]["command"] == ["baton-probe", "worker"]
-    assert container["livenessProbe"]["exec"]["command"] == ["baton-probe", "worker", "--live"]
+    assert container["readinessProbe"]["exec"]["command"] == ["baton", "probe", "worker"]
+    assert container["livenessProbe"]["exec"]["command"] == ["baton", "probe", "worker", "--live"]
     [hpa] = [doc for doc in docs if doc["kind"] == "HorizontalPodAutoscaler"]
     assert hpa["spec"]["scaleTargetRef"]["name"] == "baton-worker"
 
@@ -144,11 +144,11 @@ def test_compose_file_has_the_services_and_replicas() -> None:
     assert services["api"]["command"] == ["serve", "--no-director"]
     assert services["director"]["command"][:1] == ["director"]
     assert services["api"]["environment"]["BATON_DATABASE_URL"].startswith("postgresql+psycopg://")
-    # Built once (by api); the director reuses the tag; both check their health with baton-probe.
+    # Built once (by api); the director reuses the tag; both check their health with `baton probe`.
     assert [name for name, service in services.items() if "build" in service] == ["api"]
     assert services["director"]["image"] == services["api"]["image"]
-    assert services["director"]["healthcheck"]["test"] == "baton-probe director"
-    assert services["api"]["healthcheck"]["test"] == "baton-probe api"
+    assert services["director"]["healthcheck"]["test"] == "baton probe director"
+    assert services["api"]["healthcheck"]["test"] == "baton probe api"
 
 
 def test_local_override_only_swaps_the_backing_images() -> None:
@@ -168,4 +168,4 @@ def test_compose_workers_override_replaces_directors_with_workers() -> None:
     assert worker["image"] == base["api"]["image"]
     assert worker["environment"]["BATON_DATABASE_URL"] == base["api"]["environment"]["BATON_DATABASE_URL"]
     assert worker["environment"]["BATON_AMQP_URL"] == base["api"]["environment"]["BATON_AMQP_URL"]
-    assert worker["healthcheck"]["test"] == "baton-probe worker"
+    assert worker["healthcheck"]["test"] == "baton probe worker"

@@ -8,7 +8,7 @@ import pytest
 
 from baton.core.backoff import Backoff
 from baton.core.errors import InvalidTransitionError
-from baton.core.heartbeat import is_stale, live_state
+from baton.core.heartbeat import is_overdue, is_stale, live_state
 from baton.core.lifecycle import check_transition, may_precede
 from baton.core.model import SchedulerState, TaskStatus, utcnow
 from baton.core.settings import Settings
@@ -38,6 +38,13 @@ def test_the_heartbeat_rule() -> None:
     assert is_stale(SchedulerState.STARTING, None, now, 30)
     assert not is_stale(SchedulerState.STOPPED, old, now, 30)  # a stopped scheduler is not late
     assert live_state(SchedulerState.RUNNING, old, now, 30) is SchedulerState.FAILED
+
+
+def test_a_beat_is_overdue_after_its_timeout_or_when_there_is_none() -> None:
+    now = utcnow()
+    assert not is_overdue(now - timedelta(seconds=30), now, 30)  # exactly the timeout: still on time
+    assert is_overdue(now - timedelta(seconds=30, milliseconds=1), now, 30)
+    assert is_overdue(None, now, 30)
 
 
 def test_backoff_doubles_to_its_cap_and_resets() -> None:

@@ -1,4 +1,4 @@
-"""The command line: `baton serve|director|standalone|migrate|publish|token`.
+"""The command line: `baton serve|director|standalone|worker|migrate|publish|token|probe`.
 
 An error ends a command with one line on stderr and exit code 1; `--debug` (anywhere on the line)
 or BATON_DEBUG=1 shows the traceback instead.

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
 
 from baton import __version__
 from baton.cli.errors import settings_error
-from baton.core.errors import ConfigurationError
+from baton.core.errors import BatonError, ConfigurationError
 from baton.core.logging import configure_logging
-from baton.core.model import SchedulerSpec, SchedulerType
+from baton.core.model import SchedulerSpec, SchedulerType, utcnow
 from baton.core.settings import Settings
 from baton.runtime import RunnerKind
 
@@ -262,3 +263,89 @@ def token_revoke(name: Annotated[str, typer.Argument(help="Token name.")], datab
     with store.session() as session:
         revoke_token(session, name)
     typer.echo(f"token '{name}' revoked")
+
+
+probe_app = typer.Typer(help="Container health probes: exit 0 when healthy, else 1 with one line on stderr.")
+app.add_typer(probe_app, name="probe")
+Live = Annotated[
+    bool,
+    typer.Option("--live", help="Pass while the database is unreachable: an outage restarts nothing (livenessProbe)."),
+]
+Stale = Annotated[float, typer.Option("--stale", help="Seconds without a renewal that mean hung.")]
+T = TypeVar("T")
+
+
+class UnhealthyError(BatonError):
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"unhealthy: {problem}")
+
+
+def _probe_read(live: bool, read: Callable[[], T]) -> T:
+    """The probe's database read; with --live an unreachable database passes the probe."""
+    from baton.storage.liveness import DatabaseUnreachableError
+
+    try:
+        return read()
+    except DatabaseUnreachableError as exc:
+        if live:
+            raise typer.Exit() from exc
+        raise UnhealthyError(f"database unreachable: {exc}") from exc
+
+
+@probe_app.command("api")
+def probe_api(port: Annotated[int | None, typer.Option(help="Overrides BATON_PORT (8000).")] = None) -> None:
+    """Ready to serve: GET /ready on this host answers 200 (the database answers, migrations are current)."""
+    import httpx
+
+    from baton.core.diagnosis import reason
+
+    url = f"http://127.0.0.1:{load_settings(port=port).port}/ready"
+    try:
+        status = httpx.get(url, timeout=3).status_code
+    except httpx.HTTPError as exc:
+        raise UnhealthyError(f"{url}: {reason(exc)}") from exc
+    if status != 200:
+        raise UnhealthyError(f"/ready answered {status}")
+
+
+@probe_app.command("director")
+def probe_director(live: Live = False, stale: Stale = 60.0, database_url: DatabaseUrl = None) -> None:
+    """The database answers and, if this container leads, it renewed its leadership lately.
+
+    It leads when the `leaders` row's holder is `<hostname>:<pid>` or $POD_NAME, and it must have
+    renewed the row within --stale seconds. A standby writes nothing, so a hung standby passes.
+    """
+    from baton.core.heartbeat import is_overdue
+    from baton.storage.liveness import director_renewal
+
+    url = load_settings(database_url=database_url).database_url
+    renewal = _probe_read(live, lambda: director_renewal(url))
+    hostname = os.uname().nodename
+    if renewal is None or (
+        renewal.holder.rsplit(":", 1)[0] != hostname and renewal.holder != os.environ.get("POD_NAME", hostname)
+    ):
+        return
+    now = utcnow()
+    if is_overdue(renewal.renewed_at, now, stale):
+        raise UnhealthyError(f"leading but last renewed {(now - renewal.renewed_at).total_seconds():.0f} s ago")
+
+
+@probe_app.command("worker")
+def probe_worker(live: Live = False, stale: Stale = 60.0, database_url: DatabaseUrl = None) -> None:
+    """This container's `baton worker` renewed its row in `workers` lately.
+
+    Lately: within --stale seconds. Without --live, a worker that has not registered yet is not
+    ready; with --live that passes.
+    """
+    from baton.core.heartbeat import is_overdue
+    from baton.storage.liveness import worker_heartbeats
+
+    url = load_settings(database_url=database_url).database_url
+    heartbeats = _probe_read(live, lambda: worker_heartbeats(url, os.uname().nodename))
+    if not heartbeats:
+        if live:
+            return
+        raise UnhealthyError("this worker has not registered yet")
+    newest, now = max(heartbeats), utcnow()
+    if is_overdue(newest, now, stale):
+        raise UnhealthyError(f"worker row last renewed {(now - newest).total_seconds():.0f} s ago")

@@ -1,4 +1,5 @@
-"""The one rule for a scheduler's liveness, used by the API, the status page and the director."""
+"""The one rule for liveness: a beat (a scheduler's heartbeat, a leader's or worker's renewal) older
+than its timeout is overdue. Used by the API, the status page, the director and `baton probe`."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from baton.core.model import SchedulerState
 CLAIMS_TO_RUN = frozenset({SchedulerState.STARTING, SchedulerState.RUNNING})
 
 
+def is_overdue(beat_at: datetime | None, now: datetime, timeout_seconds: float) -> bool:
+    """No beat at all, or the last one longer ago than the timeout."""
+    return beat_at is None or now - beat_at > timedelta(seconds=timeout_seconds)
+
+
 def is_stale(state: SchedulerState, heartbeat_at: datetime | None, now: datetime, timeout_seconds: float) -> bool:
     """A scheduler that claims to run but has not heartbeated within the timeout is stale."""
-    if state not in CLAIMS_TO_RUN:
-        return False
-    return heartbeat_at is None or now - heartbeat_at > timedelta(seconds=timeout_seconds)
+    return state in CLAIMS_TO_RUN and is_overdue(heartbeat_at, now, timeout_seconds)
 
 
 def live_state(state: SchedulerState, heartbeat_at: datetime | None, now: datetime, timeout: float) -> SchedulerState:

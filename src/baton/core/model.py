@@ -42,10 +42,6 @@ class TaskStatus(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
-IN_FLIGHT = frozenset({TaskStatus.DISPATCHED, TaskStatus.RUNNING})
-FINISHED = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
-
-
 class SchedulerState(enum.StrEnum):
     STARTING = "starting"
     RUNNING = "running"

@@ -399,7 +399,7 @@ def fence(session: Session, claim: Claim) -> None:
     columns: list[Any] = [Scheduler.owner, Scheduler.term]
     if on_postgresql(session):
         # The same round trip names the claim this transaction writes under (`baton.claim`, local
-        # to the transaction), for triggers that audit who wrote what (baton.testing.writelog).
+        # to the transaction), for triggers that audit who wrote what (harness.writelog).
         columns.append(func.set_config(CLAIM_SETTING, f"{claim.owner}/{claim.term}", True))
     query = select(*columns).where(Scheduler.id == claim.scheduler_id)
     if on_postgresql(session):

@@ -1,6 +1,7 @@
 """OpenKAT's clients' models, written from OpenKAT's published field lists (boefjes' worker and
 scheduler client, rocky's scheduler client), with the strictness those clients have: what they
-require, Baton's answers must carry. Used by the contract tests; nothing here is OpenKAT's code."""
+require, Baton's answers must carry. Used by tests/integration/test_openkat.py; nothing here is
+OpenKAT's code."""
 
 from __future__ import annotations
 

@@ -32,8 +32,8 @@ from baton.ingest.catalogue import PluginSpec
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
 from baton.storage.plugins import seed_plugins
-from baton.testing.servers import start_api_replica, stop_processes, wait_ready
-from baton.testing.waiting import free_port
+from harness.servers import start_api_replica, stop_processes, wait_ready
+from harness.waiting import free_port
 
 OBJECT_TYPE = "ReplicaObject"
 BOEFJE_ID = "replica-boefje"

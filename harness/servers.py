@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from baton.testing.waiting import free_port
+from harness.waiting import free_port
 
 
 class ThrowawayPostgres:

@@ -4,7 +4,7 @@ taken around them (who owns which scheduler, how long until every scheduler runs
 
 The CI test (tests/system/test_leases.py) runs it small; `bench/scenarios/leases.py` runs it
 longer and writes the table in docs/replication.md. Every fault is checked against the write audit
-(baton.testing.writelog), not assumed.
+(harness.writelog), not assumed.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import IO
 import psycopg
 from psycopg.types.json import Json
 
-from baton.testing.writelog import libpq
+from harness.writelog import libpq
 
 FEED_MIME_TYPE = "boefje/dns-records"  # read by a normalizer of the built-in catalogue
 LEASE_ENV = {

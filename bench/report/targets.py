@@ -1,0 +1,224 @@
+"""Targets as data and the verdicts computed from the measurements."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Comparison = Literal[">=", "<="]
+
+
+Shown = Literal["percent", "times", "per_second", "mib", "seconds", "count"]
+
+
+COMPARE: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    measured: str  # dotted path into the results' scenarios
+    threshold: float
+    comparison: Comparison
+    shown: Shown
+    issue: str
+    # Where the threshold itself was recorded, when it follows from the settings of the run (a lease
+    # plus a round); `threshold` is then only the fallback.
+    threshold_at: str | None = None
+
+
+TARGETS = [
+    Target("pop, 8 clients: `baton serve` / raw SQL", "hot_path.ratios.http_8", 0.50, ">=", "percent", "#14"),
+    Target("pop, 1 client: `baton serve` / raw SQL", "hot_path.ratios.http_1", 0.35, ">=", "percent", "#14"),
+    Target("push, 8 clients: HTTP / raw INSERT", "push.ratios.push_8", 0.25, ">=", "percent", "#14"),
+    Target("pop limit=10 / one task per request, 8 clients", "batched.ratios.batched_8", 3.0, ">=", "times", "#14"),
+    Target("RabbitMQ ingest, one scheduler (events/s)", "ingest.events_per_second", 1000.0, ">=", "per_second", "#14"),
+    Target("pop p99, largest / smallest queue", "depth.ratios.pop_p99_largest_to_smallest", 2.0, "<=", "times", "#14"),
+    Target(
+        "`GET /queues` p99, largest / smallest queue",
+        "depth.ratios.queues_p99_largest_to_smallest",
+        2.0,
+        "<=",
+        "times",
+        "#14",
+    ),
+    Target("SQLite pop, 1 client: HTTP / store-level", "sqlite.ratios.sqlite_1", 0.60, ">=", "percent", "#14"),
+    Target("SQLite pop, 8 clients: HTTP / store-level", "sqlite.ratios.sqlite_8", 0.60, ">=", "percent", "#14"),
+    Target(
+        "quiet organisations' p99 dwell, fairness on / no noisy organisation",
+        "fairness.ratios.dwell_p99_on_to_no_noisy",
+        2.0,
+        "<=",
+        "times",
+        "#21",
+    ),
+    Target(
+        "pop throughput, fairness on / off, 8 clients",
+        "fairness.ratios.throughput_on_to_off",
+        0.85,
+        ">=",
+        "percent",
+        "#21",
+    ),
+    Target(
+        "fair pop p99, 1,000 / 10 backlogged organisations",
+        "organisations.ratios.pop_p99_many_to_few",
+        2.0,
+        "<=",
+        "times",
+        "#21",
+    ),
+    Target(
+        "one scheduler process (process runner child), peak resident memory",
+        "director.scheduler_process.hwm_max_mib",
+        40.0,
+        "<=",
+        "mib",
+        "#16",
+    ),
+    Target(
+        "director (thread runner), 3,000 schedulers all running",
+        "workers.director_thread.converged_s",
+        10.0,
+        "<=",
+        "seconds",
+        "#16",
+    ),
+    Target(
+        "workers: hand-over after SIGKILL of one (worst case)",
+        "workers.worst.sigkill_handover_s",
+        16.0,
+        "<=",
+        "seconds",
+        "#16",
+        "workers.targets.sigkill_handover_s",
+    ),
+    Target(
+        "workers: hand-over after SIGTERM of one (worst case)",
+        "workers.worst.sigterm_handover_s",
+        2.0,
+        "<=",
+        "seconds",
+        "#16",
+        "workers.targets.sigterm_handover_s",
+    ),
+    Target("workers: writes from a superseded term", "workers.audit_totals.superseded_writes", 0, "<=", "count", "#16"),
+    Target(
+        "workers: stopped/failed marks by a non-owner", "workers.audit_totals.orphan_marks", 0, "<=", "count", "#16"
+    ),
+    Target(
+        "directors: leader frozen → all running elsewhere (max)",
+        "leases.harness.faults.freeze.max_s",
+        17.0,
+        "<=",
+        "seconds",
+        "#22",
+        "leases.harness.faults.freeze.target_s",
+    ),
+    Target(
+        "directors: leader's connections cut → all running (max)",
+        "leases.harness.faults.cut.max_s",
+        17.0,
+        "<=",
+        "seconds",
+        "#22",
+        "leases.harness.faults.cut.target_s",
+    ),
+    Target(
+        "directors: SIGKILL of the leader → all running (max)",
+        "leases.harness.faults.kill.max_s",
+        2.0,
+        "<=",
+        "seconds",
+        "#22",
+        "leases.harness.faults.kill.target_s",
+    ),
+    Target(
+        "directors: PostgreSQL restart → all running (max)",
+        "leases.harness.faults.restart.max_s",
+        3.0,
+        "<=",
+        "seconds",
+        "#22",
+        "leases.harness.faults.restart.target_s",
+    ),
+    Target(
+        "directors: writes from a superseded term", "leases.harness.audit.superseded_writes", 0, "<=", "count", "#22"
+    ),
+    Target(
+        "directors: stopped/failed marks by a non-owner", "leases.harness.audit.orphan_marks", 0, "<=", "count", "#22"
+    ),
+    Target(
+        "Kubernetes Lease: holder frozen → Lease taken over",
+        "leases.kubernetes.taken_over_s",
+        17.0,
+        "<=",
+        "seconds",
+        "#22",
+        "leases.kubernetes.target_s",
+    ),
+]
+
+
+def lookup(scenarios: dict[str, Any], path: str) -> Any:
+    value: Any = scenarios
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _flags(value: Any, key: str) -> Iterator[Any]:
+    if isinstance(value, dict):
+        for name, item in value.items():
+            if name == key:
+                yield item
+            else:
+                yield from _flags(item, key)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _flags(item, key)
+
+
+def invalid_reason(scenario: dict[str, Any] | None) -> str | None:
+    """Why a scenario's rates cannot be trusted: a queue ran dry, or ingest did not finish."""
+    if scenario is None:
+        return None
+    if any(flag is True for flag in _flags(scenario, "ran_dry")):
+        return "a queue ran dry during a measurement"
+    if scenario.get("complete") is False:
+        return "not every event became a task before the timeout"
+    return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    target: Target
+    value: float | None
+    verdict: str  # PASS, MISS, not measured, INVALID
+    threshold: float
+
+
+def threshold_of(target: Target, scenarios: dict[str, Any]) -> float:
+    recorded = lookup(scenarios, target.threshold_at) if target.threshold_at else None
+    return float(recorded) if isinstance(recorded, int | float) else target.threshold
+
+
+def verdicts(scenarios: dict[str, Any]) -> list[Verdict]:
+    out = []
+    for target in TARGETS:
+        value = lookup(scenarios, target.measured)
+        scenario = scenarios.get(target.measured.split(".")[0])
+        threshold = threshold_of(target, scenarios)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            out.append(Verdict(target, None, "not measured", threshold))
+        elif invalid_reason(scenario):
+            out.append(Verdict(target, float(value), "INVALID", threshold))
+        else:
+            passed = COMPARE[target.comparison](float(value), threshold)
+            out.append(Verdict(target, float(value), "PASS" if passed else "MISS", threshold))
+    return out

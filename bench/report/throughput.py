@@ -1,0 +1,188 @@
+"""Sections on throughput and latency: the hot path, push, batched pops, ingest, queue depth, SQLite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.report.formatting import measured_on, num, pct, runs, shown, table
+
+
+def throughput_rows(result: dict[str, Any], unit: str, baseline: str) -> list[str]:
+    rows = [
+        [
+            row["series"],
+            str(row["clients"]),
+            num(row["per_second"]),
+            runs(row),
+            num(row["p50_ms"], 2),
+            num(row["p99_ms"], 2),
+            pct(row["ratio"]) if row["series"] != baseline else "(baseline)",
+        ]
+        for row in sorted(result["series"], key=lambda row: (row["clients"], row["series"] != baseline))
+    ]
+    header = ["series", "clients", f"{unit} (median)", "range over rounds", "p50 ms", "p99 ms", f"/ {baseline}"]
+    return table(header, rows, "lrrrrrr")
+
+
+def section_hot_path(result: dict[str, Any]) -> list[str]:
+    return [
+        "## Hot path: pop, one task per request",
+        "",
+        measured_on(result),
+        "",
+        f"One queue with {result['queued_at_start']:,} queued tasks; each series runs {result['duration_s']:.0f} s, "
+        f"{result['rounds']} rounds interleaved. The baseline (raw SQL) sends Baton's own pop statement "
+        "(`statements.pop_sql()`, compiled from the code with its default parameters) through psycopg in "
+        "autocommit, one connection per client. `baton serve` is one process; `BATON_WORKERS=2` runs two "
+        "uvicorn workers on the same two cores; `BATON_GROUP_POPS=false` is one process in which every pop "
+        "sends its own statement (the group pop off: what it gains is the difference to `HTTP, 1 process`).",
+        "",
+        *throughput_rows(result, "pops/s", "raw SQL"),
+        *group_pop_gain(result),
+    ]
+
+
+def group_pop_gain(result: dict[str, Any]) -> list[str]:
+    """The group pop on / off, from the same run (absent from results made before it existed)."""
+    by_series = {(row["series"], row["clients"]): row["per_second"] for row in result["series"]}
+    gains = [
+        f"{clients} client{'s' if clients > 1 else ''}: {pct(on / off)}"
+        for (name, clients), off in sorted(by_series.items(), key=lambda item: item[0][1])
+        if name == "HTTP, BATON_GROUP_POPS=false" and (on := by_series.get(("HTTP, 1 process", clients)))
+    ]
+    if not gains:
+        return []
+    return [
+        "Group pop on / off (pops/s, one process): " + "; ".join(gains) + ". With one client no pop ever waits "
+        "for another, so both send the same statements: a difference there is the machine's noise.",
+        "",
+    ]
+
+
+def section_push(result: dict[str, Any]) -> list[str]:
+    return [
+        "## Push",
+        "",
+        measured_on(result),
+        "",
+        "`POST /queues/{id}/push` with a distinct hash per task (no push is deduplicated, every one takes the "
+        "dedup path) into an unbounded queue, against a raw `INSERT` of the same row (with a hash) by as many "
+        "psycopg clients in autocommit. Both fire the same counter trigger and index updates.",
+        "",
+        *throughput_rows(result, "tasks/s", "raw INSERT"),
+    ]
+
+
+def section_batched(result: dict[str, Any]) -> list[str]:
+    return [
+        "## Batched pops",
+        "",
+        measured_on(result),
+        "",
+        f"`POST /schedulers/{{queue}}/pop?limit={result['batch']}` against `POST /queues/{{queue}}/pop`, "
+        f"one `baton serve` process, {result['queued_at_start']:,} queued; counted in tasks per second.",
+        "",
+        *throughput_rows(result, "tasks/s", "one task per request"),
+    ]
+
+
+def section_ingest(result: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            str(index + 1),
+            f"{run['events']:,}",
+            f"{run['tasks']:,}",
+            num(run["seconds"], 2),
+            num(run["per_second"]),
+            num(run.get("first_to_last_task_per_second")),
+        ]
+        for index, run in enumerate(result["runs"])
+    ]
+    return [
+        "## RabbitMQ ingest",
+        "",
+        measured_on(result),
+        "",
+        f"{result['events_per_run']:,} `raw_file_received` events (mime type `boefje/dns-records`, matched by one "
+        "normalizer of the built-in catalogue) published to `bench__raw_file_received`, then one "
+        "`NormalizerScheduler` wired as `baton.runtime` wires it (RabbitMQ source beside the HTTP inbox) is "
+        "started and timed until every event is a queued task.",
+        "",
+        *table(["run", "events", "tasks", "seconds from start", "events/s", "first to last task, tasks/s"], rows),
+        f"Median: **{num(result['events_per_second'])} events/s**; one psycopg client's raw INSERT of one task "
+        f"row: {num(result['raw_insert_1_client_per_second'])} rows/s "
+        f"(ratio {pct(result['ratios']['ingest_to_raw_insert'])}).",
+        "",
+    ]
+
+
+def section_depth(result: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            f"{row['queued']:,}",
+            num(row["pop_p50_ms"], 2),
+            num(row["pop_p99_ms"], 2),
+            num(row["queues_p50_ms"], 2),
+            num(row["queues_p99_ms"], 2),
+            num(row["sql_pop_p50_ms"], 2),
+            num(row["sql_pop_p99_ms"], 2),
+        ]
+        for row in result["rows"]
+    ]
+    ratios = result["ratios"]
+    return [
+        "## Queue depth",
+        "",
+        measured_on(result),
+        "",
+        f"One client, {num(result['duration_s'])} s per series, a fresh queue of each size filled with "
+        f"{num(result.get('headroom'))} tasks more than that, as many as the two pop series could take at "
+        "4,000 pops/s (so it never holds fewer than its nominal size).",
+        "",
+        *table(
+            [
+                "queued",
+                "HTTP pop p50 ms",
+                "HTTP pop p99 ms",
+                "GET /queues p50 ms",
+                "GET /queues p99 ms",
+                "SQL pop p50 ms",
+                "SQL pop p99 ms",
+            ],
+            rows,
+        ),
+        f"p99 at the largest size over p99 at the smallest: HTTP pop "
+        f"{shown(ratios['pop_p99_largest_to_smallest'], 'times')}, `GET /queues` "
+        f"{shown(ratios['queues_p99_largest_to_smallest'], 'times')}, SQL pop "
+        f"{shown(ratios['sql_pop_p99_largest_to_smallest'], 'times')}.",
+        "",
+    ]
+
+
+def section_sqlite(result: dict[str, Any]) -> list[str]:
+    return [
+        "## SQLite (the embedded default)",
+        "",
+        measured_on(result),
+        "",
+        f"A SQLite file with {result['queued_at_start']:,} queued tasks. Baseline: `baton.storage.queues.pop` on a "
+        "SQLAlchemy connection, one transaction per pop, client threads of one process (what the API's SQLite "
+        "executor runs, without HTTP); then `baton serve` on the same file; and, as a reference, the same "
+        "store-level pop behind the smallest ASGI app there is (`bench/minimal_asgi.py`: no routing, "
+        "authentication, request ids, metrics or logging) under the same uvicorn.",
+        "",
+        *throughput_rows(result, "pops/s", "store-level pop"),
+        *minimal_reference_lines(result.get("ratios", {})),
+    ]
+
+
+def minimal_reference_lines(ratios: dict[str, Any]) -> list[str]:
+    if "minimal_1" not in ratios:
+        return []  # results from before the reference existed
+    return [
+        f"The reference app reaches {pct(ratios['minimal_1'])} of the store-level rate at 1 client "
+        f"({pct(ratios['minimal_8'])} at 8): on this machine an HTTP round trip between a Python client and a "
+        "Python server costs more than the pop itself, whatever the app does. `baton serve` reaches "
+        f"{pct(ratios['baton_to_minimal_1'])} of the reference at 1 client ({pct(ratios['baton_to_minimal_8'])} at 8).",
+        "",
+    ]
