@@ -4,7 +4,7 @@
 # only when the run passed: a failed run leaves docs/fuzzing.md as it was and prints its report.
 #   bash scripts/fuzz.sh                                 # 500 examples per operation, a random seed
 #   bash scripts/fuzz.sh --examples 2000 --seed 42       # or BATON_FUZZ_EXAMPLES / BATON_FUZZ_SEED
-#   bash scripts/fuzz.sh --examples 3 --output "$TMPDIR/fuzzing.md"   # a smoke run (CI)
+#   bash scripts/fuzz.sh --examples 2 --output /tmp/fuzzing.md -- -k sqlite   # after --: pytest's arguments
 set -euo pipefail
 cd "$(dirname "$0")/.."
 examples=${BATON_FUZZ_EXAMPLES:-500}
@@ -15,7 +15,8 @@ while [ $# -gt 0 ]; do
     --examples) examples=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --output) output=$2; shift 2 ;;
-    -h | --help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --) shift; break ;;
+    -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fuzz.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -26,18 +27,19 @@ seed=${seed:-$(python3 -c 'import secrets; print(secrets.randbelow(2**32))')}
 start_postgres
 export TMPDIR="$BATON_SERVICES_DIR/tmp"
 mkdir -p "$TMPDIR" && chmod 755 "$TMPDIR"
-report="$TMPDIR/fuzz-report.jsonl"
+work=$(mktemp -d "$TMPDIR/fuzz.XXXXXX")
+report="$work/fuzz-report.jsonl"
 started=$(date +%s)
 status=0
 BATON_HYPOTHESIS_PROFILE=deep BATON_FUZZ_EXAMPLES="$examples" BATON_FUZZ_REPORT="$report" \
   python -m pytest tests/integration/test_fuzz.py tests/integration/test_bad_input.py -p no:cacheprovider -q \
-  --basetemp="$TMPDIR/pytest" --hypothesis-seed="$seed" --junitxml="$TMPDIR/junit.xml" || status=$?
-written="$TMPDIR/fuzzing.md"
-if [ ! -s "$report" ] || [ ! -s "$TMPDIR/junit.xml" ]; then
+  --basetemp="$work/pytest" --hypothesis-seed="$seed" --junitxml="$work/junit.xml" "$@" || status=$?
+written="$work/fuzzing.md"
+if [ ! -s "$report" ] || [ ! -s "$work/junit.xml" ]; then
   echo "fuzz.sh: pytest ran no fuzzing (exit status $status); $output left as it was" >&2
   exit $(( status == 0 ? 1 : status ))
 fi
-python3 scripts/fuzz_report.py --report "$report" --junit "$TMPDIR/junit.xml" --seed "$seed" \
+python3 scripts/fuzz_report.py --report "$report" --junit "$work/junit.xml" --seed "$seed" \
   --examples "$examples" --seconds $(( $(date +%s) - started )) --exit-status "$status" >"$written"
 if [ "$status" != 0 ]; then
   cat "$written" >&2
