@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from scripts import generate_docs
 
 ROOT = Path(__file__).resolve().parents[2]
