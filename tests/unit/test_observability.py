@@ -107,9 +107,7 @@ def test_exported_names_include_each_kind_of_family(exported: set[str]) -> None:
     ],
     ids=["dashboard", "alerts"],
 )
-def test_every_expression_names_only_metrics_baton_exports(
-    path: Path, expressions: Any, exported: set[str]
-) -> None:
+def test_every_expression_names_only_metrics_baton_exports(path: Path, expressions: Any, exported: set[str]) -> None:
     checked = 0
     for where, expression in expressions():
         names = metric_names(expression)
