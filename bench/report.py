@@ -13,6 +13,7 @@ import json
 import math
 import operator
 import statistics
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -1225,9 +1226,27 @@ def write(results: dict[str, Any], docs: Path = DOCS) -> list[Path]:
     return written
 
 
+def publish(results: dict[str, Any], results_file: Path | None = None, docs: Path = DOCS) -> list[Path]:
+    """The results (to `results_file`, when given) and every document, beside it (else in `docs`), all
+    or nothing: rendered into a staging folder there first, then each moved over its old copy."""
+    target = results_file.parent if results_file else docs
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target, prefix=".bench-staging-") as folder:
+        staging = Path(folder)
+        staged = write(results, staging)
+        if results_file is not None:
+            (staging / results_file.name).write_text(json.dumps(results, indent=1, default=str) + "\n")
+            staged.append(staging / results_file.name)
+        published = []
+        for path in staged:
+            path.replace(target / path.name)
+            published.append(target / path.name)
+    return published
+
+
 def main() -> None:
     results = json.loads((DOCS / "benchmarks.json").read_text())
-    for path in write(results):
+    for path in publish(results):
         print(f"wrote {path.relative_to(ROOT)}")
 
 

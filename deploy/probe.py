@@ -11,7 +11,7 @@
 row (holder `<hostname>:<pid>`, or its pod name) but has not renewed it for --stale seconds is hung.
 Without --live an unreachable database fails the probe too (not ready); with --live it does not, so
 a database outage does not restart every director (what a Kubernetes livenessProbe wants).
-A standby's loop writes nothing, so a hung standby is not detected here (see docs/containers.md).
+A standby's loop writes nothing, so a hung standby is not detected here (see docs/deployment.md).
 """
 
 from __future__ import annotations

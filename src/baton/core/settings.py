@@ -48,10 +48,18 @@ class AmqpSettings(BaseSettings):
         "besides the HTTP inbox.",
     )
     prefetch: int = Field(
-        500, ge=1, le=10_000, description="Unacked messages one consumer may hold (at least a batch)."
+        500,
+        ge=1,
+        le=10_000,
+        description="Unacked messages a scheduler's consumer of its `{org}__...` queue may hold (at least a "
+        "batch); OpenKAT's queues are read with 100, `baton.organisations` with 20.",
     )
     batch: int = Field(
-        500, ge=1, le=10_000, description="Events a scheduler turns into tasks per transaction (one bulk insert)."
+        500,
+        ge=1,
+        le=10_000,
+        description="Events a scheduler turns into tasks per transaction. Not read yet: schedulers take up "
+        "to 100 per transaction.",
     )
 
 
