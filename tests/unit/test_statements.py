@@ -49,4 +49,5 @@ def test_a_fair_pop_orders_by_the_tag_and_a_strict_one_does_not() -> None:
 
 def test_the_documentation_quotes_the_real_pop_statement() -> None:
     page = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "queues.md"
-    assert f"```sql\n{statements.pop_sql('postgresql')}\n```" in page.read_text(), f"{page.name}'s pop SQL is out of date"
+    quoted = f"```sql\n{statements.pop_sql('postgresql')}\n```"
+    assert quoted in page.read_text(), f"{page.name}'s pop SQL is out of date"
