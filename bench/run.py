@@ -5,7 +5,10 @@
     python -m bench.run --profile                    # just the profile (before/after)
 
 Running a subset keeps the other scenarios' results from docs/benchmarks.json (each result carries
-when it was measured and whether it was quick); running all of them starts afresh.
+when it was measured and whether it was quick); running all of them starts afresh. Nothing in docs/
+changes unless every chosen scenario succeeded: a failed run keeps what the others measured in a
+file of its own (its path is printed), and `--results` writes the JSON, and the documents beside it,
+elsewhere (`--results /tmp/bench/benchmarks.json`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -104,7 +108,6 @@ def main() -> None:
         result["_meta"] = {"started": started, "seconds": time.monotonic() - began, "quick": args.quick}
         results["scenarios"][name] = result
         print(f"[{stamp()}] {name} done in {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
-        args.results.parent.mkdir(parents=True, exist_ok=True)
         results["meta"] = {
             "command": command,
             "finished": stamp(),
@@ -114,12 +117,16 @@ def main() -> None:
             "load_after": os.getloadavg()[0],
             "quick": args.quick,
         }
-        args.results.write_text(json.dumps(results, indent=1, default=str) + "\n")
-    if results["scenarios"]:
-        for path in report.write(results, args.results.parent):
-            print(f"wrote {path}", file=sys.stderr)
     if failures:
-        sys.exit(f"failed: {', '.join(failures)}")
+        kept = ""
+        if results["scenarios"]:
+            handle, name = tempfile.mkstemp(prefix="baton-bench-", suffix=".json")
+            with os.fdopen(handle, "w") as out:
+                out.write(json.dumps(results, indent=1, default=str) + "\n")
+            kept = f"; what the others measured is in {name}"
+        sys.exit(f"failed: {', '.join(failures)}; {args.results} and the documents are unchanged{kept}")
+    for path in report.publish(results, args.results):
+        print(f"wrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,21 @@
 # Idempotent: what exists is kept (image builds are cached), so a rerun takes seconds.
 #   bash scripts/containers.sh            build what is missing or changed
 #   bash scripts/containers.sh --rebuild  debootstrap the base again and rebuild every image
+#   bash scripts/containers.sh --dry-run  check the prerequisites and print the plan; install and build
+#                                         nothing (exit 1 when the plan cannot be carried out)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 REBUILD=0
-[ "${1:-}" = --rebuild ] && REBUILD=1
+DRY_RUN=0
+for arg in "$@"; do
+  case $arg in
+    --rebuild) REBUILD=1 ;;
+    --dry-run) DRY_RUN=1 ;;
+    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "containers.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
+  esac
+done
 
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/deploy/podman/containers.conf}
 PYTHON_BASE=localhost/baton-python:bookworm
@@ -150,6 +160,46 @@ build_baton() {
   rm -f "$conf" "$conf.log"
 }
 
+dry_run() {
+  local missing=() tool feasible=0 conf mounts
+  echo "plan (--dry-run: nothing is installed, built or written):"
+  for tool in podman podman-compose runc debootstrap; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "  tools: podman, podman-compose, runc and debootstrap are installed"
+  elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "  tools: would install ${missing[*]} (apt-get)"
+  else
+    echo "  missing: ${missing[*]}; install them (Debian: apt-get install podman podman-compose runc debootstrap)" >&2
+    feasible=1
+  fi
+  if [ $REBUILD = 0 ] && command -v podman >/dev/null && podman image exists "$PYTHON_BASE"; then
+    echo "  $PYTHON_BASE: exists, kept"
+  else
+    echo "  $PYTHON_BASE: would debootstrap bookworm (minbase, python3 python3-venv ca-certificates) from $(debian_mirror)"
+  fi
+  for name in postgres rabbitmq; do
+    if [ ! -f "deploy/podman/$name/Containerfile" ]; then
+      echo "  deploy/podman/$name/Containerfile is missing" >&2
+      feasible=1
+    fi
+  done
+  echo "  $POSTGRES_IMAGE: would build deploy/podman/postgres on $PYTHON_BASE"
+  echo "  $RABBITMQ_IMAGE: would build deploy/podman/rabbitmq on $PYTHON_BASE"
+  [ -f Dockerfile ] || { echo "  ./Dockerfile is missing" >&2; feasible=1; }
+  conf=$(mktemp)
+  mounts=$(pip_settings "$conf" | wc -l)
+  rm -f "$conf"
+  echo "  $BATON_IMAGE: would build ./Dockerfile (PYTHON_IMAGE=$PYTHON_BASE$([ $REBUILD = 1 ] && echo ', no cache')) with this machine's pip settings ($mounts local paths mounted)"
+  echo "  then: write build/containers-images.json (how the build went, for bench/containers.sh)"
+  return $feasible
+}
+
+if [ $DRY_RUN = 1 ]; then
+  dry_run
+  exit $?
+fi
 started=$(date +%s)
 install_tools
 build_python_base
@@ -162,7 +212,8 @@ step "done in $seconds s"
 mkdir -p build
 printf '{"seconds": %s, "base_debootstrapped": %s, "rebuild": %s, "finished": "%s", "image": "%s"}\n' \
   "$seconds" "$BASE_BUILT" "$([ $REBUILD = 1 ] && echo true || echo false)" "$(date -u +%FT%TZ)" "$BATON_IMAGE" \
-  >build/containers-images.json
+  >build/containers-images.json.tmp
+mv build/containers-images.json.tmp build/containers-images.json
 podman images --filter reference='*baton*' --format '{{.Repository}}:{{.Tag}}\t{{.Size}}'
 cat <<EOF
 

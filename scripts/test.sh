@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite, against real servers: starts a throw-away PostgreSQL and RabbitMQ (installing the
-# Debian packages when missing and run as root, chromium too), runs ruff, mypy, the import-layer
-# contracts and pytest (tests/unit, integration, system), and stops the servers.
+# Debian packages when missing and run as root, chromium and prometheus too), runs ruff, mypy, the
+# import-layer contracts, builds the documentation site (strict: a broken link fails), checks the
+# alert rules with promtool, runs pytest (tests/unit, integration, system), and stops the servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/services.sh
@@ -13,6 +14,11 @@ start_rabbitmq
 if [ ! -x /usr/bin/chromium ]; then
   _apt_install chromium chromium-driver || echo "no chromium: the status page's browser test cannot run" >&2
 fi
+# promtool (Debian's prometheus package) checks the alert rules of deploy/observability, as root
+# installed when missing; without it those checks are skipped, saying so.
+if ! command -v promtool >/dev/null; then
+  _apt_install prometheus || echo "no promtool: the alert rules' syntax and unit tests are not checked" >&2
+fi
 # Every temporary file of the run lives under the services folder, which goes when we exit.
 export TMPDIR="$BATON_SERVICES_DIR/tmp"
 mkdir -p "$TMPDIR" && chmod 755 "$TMPDIR"
@@ -20,4 +26,9 @@ ruff check src harness tests bench scripts
 ruff format --check src harness tests bench scripts
 mypy
 lint-imports
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$TMPDIR/site"  # not --quiet: it hides the warnings strict counts
+if command -v promtool >/dev/null; then
+  promtool check rules deploy/observability/baton-alerts.yml
+  promtool test rules deploy/observability/baton-alerts.test.yml
+fi
 python -m pytest --basetemp="$TMPDIR/pytest" "$@"

@@ -127,7 +127,14 @@ def write_results(
         + (f", SQLite run {sqlite['seconds']:.0f} s" if sqlite else "")
         + ".",
     ]
-    path.write_text("\n".join(lines) + "\n")
+    replace_text(path, "\n".join(lines) + "\n")
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Whole or not at all: written beside the file, then renamed over it."""
+    staged = path.with_name(f".{path.name}.tmp")
+    staged.write_text(text)
+    staged.replace(path)
 
 
 def image_build(record: Path = ROOT / "build" / "containers-images.json") -> str:
@@ -182,7 +189,7 @@ def write_summary(path: Path, split: dict[str, Any], embedded: dict[str, Any] | 
     ]
     before, rest = text.split(SUMMARY_BEGIN, 1)
     after = rest.split(SUMMARY_END, 1)[1]
-    path.write_text(before + "\n".join(lines) + after)
+    replace_text(path, before + "\n".join(lines) + after)
     return True
 
 

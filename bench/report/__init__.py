@@ -10,6 +10,6 @@ has its module (`throughput`, `fairness`, `schedulers`, `leases`, `profiles`, wr
     python -m bench.report            # rewrite the documents from docs/benchmarks.json
 """
 
-from bench.report.documents import DOCS, ROOT, write
+from bench.report.documents import DOCS, ROOT, publish, write
 
-__all__ = ["DOCS", "ROOT", "write"]
+__all__ = ["DOCS", "ROOT", "publish", "write"]

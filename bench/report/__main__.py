@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from bench.report.documents import DOCS, ROOT, write
+from bench.report.documents import DOCS, ROOT, publish
 
 
 def main() -> None:
     results = json.loads((DOCS / "benchmarks.json").read_text())
-    for path in write(results):
+    for path in publish(results):
         print(f"wrote {path.relative_to(ROOT)}")
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -192,3 +194,21 @@ def write(results: dict[str, Any], docs: Path = DOCS) -> list[Path]:
         leases.write_text(replication_leases_markdown(scenarios["leases"]))
         written.append(leases)
     return written
+
+
+def publish(results: dict[str, Any], results_file: Path | None = None, docs: Path = DOCS) -> list[Path]:
+    """The results (to `results_file`, when given) and every document, beside it (else in `docs`), all
+    or nothing: rendered into a staging folder there first, then each moved over its old copy."""
+    target = results_file.parent if results_file else docs
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target, prefix=".bench-staging-") as folder:
+        staging = Path(folder)
+        staged = write(results, staging)
+        if results_file is not None:
+            (staging / results_file.name).write_text(json.dumps(results, indent=1, default=str) + "\n")
+            staged.append(staging / results_file.name)
+        published = []
+        for path in staged:
+            path.replace(target / path.name)
+            published.append(target / path.name)
+    return published

@@ -1,5 +1,5 @@
 """The hot statements as the databases receive them, guarded by snapshots: a change to the pop is a
-change to a reviewed file (regenerate with BATON_UPDATE_SNAPSHOTS=1), and README and benchmarks
+change to a reviewed file (regenerate with BATON_UPDATE_SNAPSHOTS=1), and the documentation and benchmarks
 quote `pop_sql()`, never a hand copy."""
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def test_a_fair_pop_orders_by_the_tag_and_a_strict_one_does_not() -> None:
     assert "ORDER BY tasks.priority, tasks.seq" in strict and "fair_key, tasks.seq" not in strict
 
 
-def test_the_readme_quotes_the_real_pop_statement() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert f"```sql\n{statements.pop_sql('postgresql')}\n```" in readme, "README's pop SQL is out of date"
+def test_the_documentation_quotes_the_real_pop_statement() -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "queues.md"
+    quoted = f"```sql\n{statements.pop_sql('postgresql')}\n```"
+    assert quoted in page.read_text(), f"{page.name}'s pop SQL is out of date"

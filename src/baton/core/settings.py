@@ -63,10 +63,29 @@ def with_openkat_names(
 class AmqpSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BATON_AMQP_", extra="ignore")
 
-    url: str = Field("amqp://guest:guest@127.0.0.1:5672/%2F", description="RabbitMQ URL.")
-    enabled: bool = Field(False, description="Consume organisation and scheduler events from RabbitMQ.")
-    prefetch: int = Field(500, ge=1, le=10_000, description="Unacked messages a consumer may hold.")
-    batch: int = Field(500, ge=1, le=10_000, description="Events a scheduler turns into tasks per transaction.")
+    url: str = Field(
+        "amqp://guest:guest@127.0.0.1:5672/%2F",
+        description="RabbitMQ URL (OpenKAT: its `QUEUE_URI`, the broker Octopoes and Bytes publish to).",
+    )
+    enabled: bool = Field(
+        False,
+        description="Consume organisation events (directors) and scheduler events (schedulers) from RabbitMQ, "
+        "besides the HTTP inbox.",
+    )
+    prefetch: int = Field(
+        500,
+        ge=1,
+        le=10_000,
+        description="Unacked messages a scheduler's consumer of its `{org}__...` queue may hold (at least a "
+        "batch); OpenKAT's queues are read with 100, `baton.organisations` with 20.",
+    )
+    batch: int = Field(
+        500,
+        ge=1,
+        le=10_000,
+        description="Events a scheduler turns into tasks per transaction. Not read yet: schedulers take up "
+        "to 100 per transaction.",
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -84,22 +103,35 @@ class AmqpSettings(BaseSettings):
 class K8sSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BATON_K8S_", extra="ignore")
 
-    namespace: str | None = Field(None, description="Namespace for scheduler pods (default: the director's).")
-    image: str = Field("baton:0.1.0", description="Image of scheduler pods.")
-    config_map: str | None = Field("baton-config", description="ConfigMap passed to scheduler pods as env.")
-    secret: str | None = Field("baton-secrets", description="Secret passed to scheduler pods as env.")
+    namespace: str | None = Field(
+        None,
+        description="Namespace of scheduler pods and the Lease; unset: the pod's own in a cluster, else the "
+        "kubeconfig context's, else `default`.",
+    )
+    image: str = Field(
+        "baton:0.1.0", description="Image of scheduler pods (the manifests set it to the director's own image)."
+    )
+    config_map: str | None = Field("baton-config", description="ConfigMap passed to scheduler pods with `envFrom`.")
+    secret: str | None = Field("baton-secrets", description="Secret passed to scheduler pods with `envFrom`.")
     owner_deployment: str | None = Field(
-        None, description="Deployment that owns scheduler pods (default: the director's pod, if known)."
+        None,
+        description="Deployment that owns scheduler pods (their ownerReference); unset: the director's pod, "
+        "from `POD_NAME`/`POD_UID`, if known.",
     )
     scheduler_service_account: str = Field("default", description="Service account of scheduler pods.")
-    lease_name: str = Field("baton-director", description="Lease used for leader election in Kubernetes.")
+    lease_name: str = Field(
+        "baton-director", description="`coordination.k8s.io` Lease for leader election (`--runner kubernetes`)."
+    )
 
 
 class TimingSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BATON_", extra="ignore")
 
     heartbeat_timeout_seconds: float = Field(
-        30.0, gt=0, description="A scheduler whose heartbeat is older than this is shown failed."
+        30.0,
+        gt=0,
+        description="A scheduler whose heartbeat is older than this is shown `failed` (and the leading director "
+        "restarts it).",
     )
     poll_interval_seconds: float = Field(1.0, gt=0, description="How often schedulers poll their inputs.")
     reconcile_interval_seconds: float = Field(2.0, gt=0, description="How often the director reconciles.")
@@ -110,11 +142,15 @@ class LeaseSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="BATON_", extra="ignore")
 
-    lease_seconds: float = Field(15.0, gt=0, description="A lease not renewed for this long may be taken over.")
+    lease_seconds: float = Field(
+        15.0, gt=0, description="A leadership or scheduler lease not renewed for this long may be taken over."
+    )
     renew_deadline_seconds: float = Field(
         10.0, gt=0, description="A holder that cannot renew within this stops acting (before the lease ends)."
     )
-    retry_period_seconds: float = Field(2.0, gt=0, description="How often leases are renewed or tried.")
+    retry_period_seconds: float = Field(
+        2.0, gt=0, description="How often leases (and with them heartbeats) are renewed, or taken when free."
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> LeaseSettings:
@@ -132,7 +168,9 @@ class RecoverySettings(BaseSettings):
     task_timeout_seconds: float = Field(
         1800, gt=0, description="A dispatched/running task without an update for this long is re-queued."
     )
-    task_max_attempts: int = Field(3, ge=1, description="Re-queues before a stuck task is marked failed.")
+    task_max_attempts: int = Field(
+        3, ge=1, description="Re-queues before a stuck task is marked `failed` with the reason."
+    )
 
 
 class OpenKatSettings(BaseSettings):
@@ -211,10 +249,16 @@ OPENKAT_SERVICE_NAMES = {
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BATON_", extra="ignore")
 
-    database_url: str = Field(DEFAULT_DATABASE_URL, description="SQLAlchemy URL of the store.")
+    database_url: str = Field(
+        DEFAULT_DATABASE_URL,
+        description="SQLAlchemy URL of the store: `sqlite:///path/baton.db` (one process) or "
+        "`postgresql+psycopg://user@host:port/db` (`postgresql://` is accepted too).",
+    )
     host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API listens on.")
-    workers: int = Field(1, ge=1, le=64, description="API worker processes of one `baton serve`.")
+    workers: int = Field(
+        1, ge=1, le=64, description="API processes of one `baton serve` (its director runs once, in the parent)."
+    )
     scheduler_threads: int = Field(
         8,
         ge=1,
@@ -222,14 +266,23 @@ class Settings(BaseSettings):
         description="Threads that run the schedulers' turns in a `baton worker` or a thread-runner director (one "
         "connection each, of the 30 the process's database pool has).",
     )
-    queue_maxsize: int = Field(10_000, ge=0, description="Queued tasks per queue; 0 means unbounded.")
-    max_data_bytes: int = Field(64 * 1024, ge=1, description="Largest JSON `data` accepted per task.")
-    max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest request body accepted.")
+    queue_maxsize: int = Field(
+        10_000,
+        ge=0,
+        description="Queued tasks per queue, for organisations created from now on (0: unbounded); a push "
+        "beyond it answers 429.",
+    )
+    max_data_bytes: int = Field(
+        64 * 1024, ge=1, description="Largest task `data` a push may send, in JSON bytes; beyond it 413."
+    )
+    max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest request body accepted; beyond it 413.")
     grace_period_seconds: float = Field(
-        86_400, ge=0, description="How long before the same boefje runs on the same object again."
+        86_400, ge=0, description="A (boefje, object) pair is not queued again sooner than this."
     )
     fairness: bool = Field(
-        True, description="Pops across organisations serve the least-served organisation first among equals."
+        True,
+        description="Pops across organisations take turns among equal priorities (weighted fair queuing); false: "
+        "strict priority, then age.",
     )
     auto_organisations: bool = Field(
         True,
@@ -259,16 +312,36 @@ class Settings(BaseSettings):
     auth: Literal["auto", "on", "off"] = Field(
         "auto", description="Bearer tokens: 'auto' requires them unless the API listens on loopback only."
     )
-    plugins_file: str | None = Field(None, description="YAML plugin catalogue seeded on migrate.")
+    plugins_file: str | None = Field(
+        None,
+        description="YAML plugin catalogue seeded by `baton migrate` and `baton serve`; unset: the built-in one "
+        "(`src/baton/ingest/plugins.yml`).",
+    )
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
     log_json: bool = Field(False, description="Log as JSON lines instead of console text.")
-    amqp: AmqpSettings = Field(default_factory=AmqpSettings)
-    k8s: K8sSettings = Field(default_factory=K8sSettings)
-    timing: TimingSettings = Field(default_factory=TimingSettings)
-    leases: LeaseSettings = Field(default_factory=LeaseSettings)
-    recovery: RecoverySettings = Field(default_factory=RecoverySettings)
+    amqp: AmqpSettings = Field(
+        default_factory=AmqpSettings, description="RabbitMQ: where events come from besides the HTTP inbox."
+    )
+    k8s: K8sSettings = Field(
+        default_factory=K8sSettings,
+        description="Kubernetes: the pods `baton director --runner kubernetes` creates, and its Lease.",
+    )
+    timing: TimingSettings = Field(
+        default_factory=TimingSettings, description="Timing: heartbeats, polling and reconciling."
+    )
+    leases: LeaseSettings = Field(
+        default_factory=LeaseSettings,
+        description="Leases: leadership and scheduler ownership (Kubernetes' controller defaults: 15 / 10 / 2 s); "
+        "they must keep retry period < renew deadline < lease.",
+    )
+    recovery: RecoverySettings = Field(
+        default_factory=RecoverySettings,
+        description="Stuck tasks: what the leading director does with a task nobody reports on.",
+    )
     openkat: OpenKatSettings = Field(
-        default_factory=OpenKatSettings, description="OpenKAT's KATalogus, Octopoes and Bytes, when Baton uses them."
+        default_factory=OpenKatSettings,
+        description="OpenKAT's services: KATalogus, Octopoes and Bytes, when Baton uses them (each also read under "
+        "OpenKAT's own variable name; Baton's name wins).",
     )
 
     @classmethod
