@@ -1,7 +1,7 @@
 """Leader election: only one director reconciles at a time, and only for a bounded time without
 renewing.
 
-`DatabaseLeaseLeader` holds a lease row in the database (storage/leases.py): renewed every retry
+`DatabaseLeaseLeader` holds a lease row in the database (storage/leadership.py): renewed every retry
 period, taken over by a conditional UPDATE once expired, every takeover a new term. The holder
 stops acting when it could not renew within the renew deadline, which comes before the lease ends,
 so in normal operation two terms never overlap; when they do (a frozen process resumes), fencing
@@ -29,8 +29,8 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from baton.core.errors import DatabaseUnavailableError
 from baton.core.logging import get_logger
 from baton.core.settings import LeaseSettings
-from baton.storage import leases
 from baton.storage.engine import Store
+from baton.storage.leadership import DIRECTOR_ROLE, release_leadership, renew_leadership, try_acquire_leadership
 
 log = get_logger("baton.leader")
 LIVENESS_LOCK_KEY = 0x0BA7_0002
@@ -61,7 +61,7 @@ class DatabaseLeaseLeader:
         store: Store,
         holder: str,
         settings: LeaseSettings,
-        role: str = leases.DIRECTOR_ROLE,
+        role: str = DIRECTOR_ROLE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -134,9 +134,7 @@ class DatabaseLeaseLeader:
         holds_lock = self._hold_liveness_lock()
         try:
             with self.store.control_session() as session:
-                term = leases.try_acquire_leadership(
-                    session, self.role, self.holder, self.settings.lease_seconds, holds_lock
-                )
+                term = try_acquire_leadership(session, self.role, self.holder, self.settings.lease_seconds, holds_lock)
         except DatabaseUnavailableError:
             self._drop_liveness_lock()
             return False
@@ -155,7 +153,7 @@ class DatabaseLeaseLeader:
         holds_lock = self._hold_liveness_lock()
         try:
             with self.store.control_session() as session:
-                renewed = leases.renew_leadership(
+                renewed = renew_leadership(
                     session, self.role, self.holder, term, self.settings.lease_seconds, holds_lock
                 )
         except DatabaseUnavailableError as exc:
@@ -187,7 +185,7 @@ class DatabaseLeaseLeader:
             return
         try:
             with self.store.control_session() as session:
-                leases.release_leadership(session, self.role, self.holder, term)
+                release_leadership(session, self.role, self.holder, term)
         except DatabaseUnavailableError:
             pass  # the lease simply expires
 

@@ -5,7 +5,7 @@ Each round a worker heartbeats its `workers` row, computes its fair share (every
 existing organisation, divided by the live workers, rounded up), gives up what it holds above that
 share (a new peer joined) and claims unowned or expired schedulers up to it (a peer left or died).
 Its schedulers take turns on a few threads (control/tickpool.py); their leases and fencing are the
-same as a director's (storage/leases.py, ingest/ownership.py), so a scheduler never runs in two
+same as a director's (storage/scheduler_leases.py, ingest/ownership.py), so a scheduler never runs in two
 places at once. SIGTERM releases everything first, so peers pick it up on their next round.
 """
 
@@ -20,8 +20,15 @@ from baton.core.model import SchedulerSpec
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
 from baton.ingest.schedulers import SchedulerContext
-from baton.storage import leases
 from baton.storage.engine import Store
+from baton.storage.pool_changes import PoolChanges, announce_pool_change
+from baton.storage.workers import (
+    count_schedulers,
+    heartbeat_worker,
+    live_workers,
+    remove_worker,
+    seconds_until_a_peer_lease_ends,
+)
 
 log = get_logger("baton.worker")
 RUNNER_NAME = "worker"
@@ -54,18 +61,18 @@ class Worker(BackgroundService):
         self.id = self.ownership.owner
         self.runner = ThreadRunner(context)
         self.round_seconds = min(1.0, settings.leases.retry_period_seconds)
-        self.pool_changes = leases.PoolChanges(store.url, self._stop)
+        self.pool_changes = PoolChanges(store.url, self._stop)
         self._joined = False
 
     def step(self) -> WorkerRound:
         lease = self.settings.leases.lease_seconds
         with self.store.control_session() as session:
-            leases.heartbeat_worker(session, self.id, lease)
+            heartbeat_worker(session, self.id, lease)
             if not self._joined:
-                leases.announce_pool_change(session)  # peers above their new share release now
+                announce_pool_change(session)  # peers above their new share release now
                 self._joined = True
-            live = len(leases.live_workers(session))
-            share = fair_share(leases.count_schedulers(session), live)
+            live = len(live_workers(session))
+            share = fair_share(count_schedulers(session), live)
         self.runner.forget_dead()
         running = [spec.id for spec in self.runner.list()]
         released = self._release_above(share, running)
@@ -77,7 +84,7 @@ class Worker(BackgroundService):
 
     def _next_lease_end(self) -> float | None:
         with self.store.control_session() as session:
-            return leases.seconds_until_a_peer_lease_ends(session, self.id)
+            return seconds_until_a_peer_lease_ends(session, self.id)
 
     def _until_next_round(self, last: WorkerRound | None) -> float:
         """One round's time, or less when a peer's lease ends sooner: a dead peer's share and
@@ -125,8 +132,8 @@ class Worker(BackgroundService):
         """Leave the pool first (peers' shares grow at once), then hand every scheduler back."""
         try:
             with self.store.control_session() as session:
-                leases.remove_worker(session, self.id)
-                leases.announce_pool_change(session)
+                remove_worker(session, self.id)
+                announce_pool_change(session)
         except Exception:
             log.warning("could not remove the worker's row; it expires", worker=self.id)
         try:

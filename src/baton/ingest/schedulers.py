@@ -63,8 +63,8 @@ from baton.ingest.events import (
 from baton.ingest.ownership import Ownership
 from baton.storage import queues
 from baton.storage.engine import Store, insert_for, on_postgresql
-from baton.storage.leases import Claim, fence
 from baton.storage.queues import PushRequest
+from baton.storage.scheduler_leases import Claim, fence
 from baton.storage.schedules import claim_due
 from baton.storage.tables import BoefjeRun, Plugin, Task
 from baton.storage.tables import Schedule as ScheduleRow
@@ -142,7 +142,7 @@ class Scheduler(ABC):
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """The one way a scheduler writes: one transaction in which its first write is preceded by
-        the fencing check of its claim (storage/leases.py), so nothing commits once another term
+        the fencing check of its claim (storage/scheduler_leases.py), so nothing commits once another term
         holds the row. A round that only reads (an empty inbox) costs no check."""
         if self._lost is not None:
             raise FencedError(self._lost)

@@ -1,0 +1,124 @@
+"""Leadership: who leads (the director role), as a lease row per role.
+
+The holder renews its `leaders` row; anyone may take it over by a conditional UPDATE once it has
+expired, and every takeover increments the term. A frozen holder keeps its connection but cannot
+renew, so the lease ends in bounded time (the lease runs on the database's clock, storage/clock.py).
+An elector outside the database (a Kubernetes Lease) reports who leads in the same row, for the
+API, /metrics and the status page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import ColumnElement, and_, exists, literal, or_, select, update
+from sqlalchemy.orm import Session
+
+from baton.core.model import utcnow
+from baton.storage.clock import db_after, db_now
+from baton.storage.engine import insert_for
+from baton.storage.tables import LeaderRecord
+
+DIRECTOR_ROLE = "director"
+
+
+@dataclass(frozen=True)
+class Leadership:
+    role: str
+    holder: str
+    term: int
+    expires_at: datetime | None
+
+
+def try_acquire_leadership(
+    session: Session, role: str, holder: str, lease_seconds: float, holds_lock: bool = False
+) -> int | None:
+    """Take the role if nobody holds it or its lease expired, or (`holds_lock`: the caller just got
+    the liveness lock) if the holder had that lock, i.e. its connection died; the new term, or None."""
+    now, until = db_now(session), db_after(session, lease_seconds)
+    inserted = session.execute(
+        insert_for(session)(LeaderRecord)
+        .values(
+            role=role, holder=holder, term=1, acquired_at=now, renewed_at=now, expires_at=until, holds_lock=holds_lock
+        )
+        .on_conflict_do_nothing(index_elements=[LeaderRecord.role])
+        .returning(LeaderRecord.term)
+    ).scalar()
+    if inserted is not None:
+        return int(inserted)
+    free = or_(LeaderRecord.expires_at.is_(None), LeaderRecord.expires_at < now)
+    taken = session.execute(
+        update(LeaderRecord)
+        .where(LeaderRecord.role == role, and_(literal(holds_lock), LeaderRecord.holds_lock) | free)
+        .values(
+            holder=holder,
+            term=LeaderRecord.term + 1,
+            acquired_at=now,
+            renewed_at=now,
+            expires_at=until,
+            holds_lock=holds_lock,
+        )
+        .returning(LeaderRecord.term)
+    ).scalar()
+    return None if taken is None else int(taken)
+
+
+def renew_leadership(
+    session: Session, role: str, holder: str, term: int, lease_seconds: float, holds_lock: bool = False
+) -> bool:
+    """Extend our own term. Nobody else can have taken it while (holder, term) still match, even if
+    it lapsed: a takeover increments the term."""
+    renewed = session.execute(
+        update(LeaderRecord)
+        .where(LeaderRecord.role == role, LeaderRecord.holder == holder, LeaderRecord.term == term)
+        .values(renewed_at=db_now(session), expires_at=db_after(session, lease_seconds), holds_lock=holds_lock)
+        .returning(LeaderRecord.term)
+    ).scalar()
+    return renewed is not None
+
+
+def release_leadership(session: Session, role: str, holder: str, term: int) -> None:
+    """Step down: the lease ends now, so a standby takes over on its next try."""
+    session.execute(
+        update(LeaderRecord)
+        .where(LeaderRecord.role == role, LeaderRecord.holder == holder, LeaderRecord.term == term)
+        .values(expires_at=db_now(session))
+    )
+
+
+def report_leadership(session: Session, role: str, holder: str, term: int, expires_at: datetime | None) -> None:
+    """Record a leadership decided elsewhere (a Kubernetes Lease): for the API, metrics and status."""
+    now = utcnow()
+    row = session.get(LeaderRecord, role)
+    if row is None:
+        session.add(
+            LeaderRecord(role=role, holder=holder, term=term, acquired_at=now, renewed_at=now, expires_at=expires_at)
+        )
+        return
+    if row.holder != holder or row.term != term:
+        row.acquired_at = now
+    row.holder, row.term, row.renewed_at, row.expires_at = holder, term, now, expires_at
+
+
+def leadership(session: Session, role: str = DIRECTOR_ROLE) -> Leadership | None:
+    row = session.get(LeaderRecord, role)
+    if row is None:
+        return None
+    return Leadership(row.role, row.holder, row.term, row.expires_at)
+
+
+def term_is_current(session: Session, term: int, role: str = DIRECTOR_ROLE) -> ColumnElement[bool]:
+    """Leadership `term` of `role` holds and has not expired (checked in the statement that acts)."""
+    return exists().where(
+        LeaderRecord.role == role,
+        LeaderRecord.term == term,
+        LeaderRecord.expires_at > db_now(session),
+    )
+
+
+def leaders(session: Session) -> Sequence[LeaderRecord]:
+    """Who leads, as reported by the leader each round (for /metrics, the status page and failover
+    measurements; the election itself is a lock or a lease)."""
+    return session.scalars(select(LeaderRecord).order_by(LeaderRecord.role)).all()
