@@ -18,7 +18,8 @@ from baton.core.errors import FencedError
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcnow
 from baton.core.settings import LeaseSettings
 from baton.ingest.ownership import Ownership, owner_prefix
-from baton.ingest.schedulers import SchedulerContext, build_scheduler
+from baton.ingest.registry import build_scheduler
+from baton.ingest.scheduler import SchedulerContext
 from baton.storage import pool_changes, queues, scheduler_leases
 from baton.storage import workers as worker_rows
 from baton.storage.engine import Store

@@ -19,7 +19,7 @@ from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
-from baton.ingest.schedulers import SchedulerContext
+from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.pool_changes import PoolChanges, announce_pool_change
 from baton.storage.workers import (

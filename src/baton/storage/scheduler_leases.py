@@ -11,14 +11,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import BigInteger, ColumnElement, String, and_, func, literal, or_, select, text, tuple_, update
+from sqlalchemy import event as orm_events
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import ORMExecuteState, Session
 
 from baton.core.errors import FencedError
 from baton.storage.clock import db_after, db_now
@@ -271,6 +273,37 @@ def fence(session: Session, claim: Claim) -> None:
             f"scheduler '{claim.scheduler_id}' is no longer ours (term {claim.term} of {claim.owner}); "
             f"now term {term} of {owner or 'nobody'}"
         )
+
+
+@contextmanager
+def fenced_before_first_write(session: Session, claim: Claim) -> Iterator[None]:
+    """Run the fencing check just before the session's first write: an INSERT/UPDATE/DELETE it
+    executes, or a flush of changed objects. Its FOR SHARE lock then lasts until the commit."""
+    checked = False
+
+    def check() -> None:
+        nonlocal checked
+        if not checked:
+            checked = True
+            with session.no_autoflush:
+                fence(session, claim)
+
+    def on_execute(state: ORMExecuteState) -> None:
+        if state.is_insert or state.is_update or state.is_delete:
+            check()
+
+    def on_flush(flushing: Session, _context: object, _instances: object) -> None:
+        if flushing.new or flushing.dirty or flushing.deleted:
+            check()
+
+    orm_events.listen(session, "do_orm_execute", on_execute)
+    orm_events.listen(session, "before_flush", on_flush)
+    try:
+        yield
+        session.flush()  # pending changes are written (and so fenced) inside the transaction
+    finally:
+        orm_events.remove(session, "do_orm_execute", on_execute)
+        orm_events.remove(session, "before_flush", on_flush)
 
 
 def mark_failed_unless_claimed(session: Session, scheduler_id: str, owner_prefix: str) -> None:
