@@ -12,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from baton.control.director import Director
-from baton.control.leadership import LIVENESS_LOCK_KEY, DatabaseLeaseLeader
+from baton.control.leadership import DatabaseLeaseLeader
 from baton.control.runners import ThreadRunner
 from baton.core.errors import FencedError
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcnow
@@ -24,6 +24,7 @@ from baton.storage import pool_changes, queues, scheduler_leases
 from baton.storage import workers as worker_rows
 from baton.storage.engine import Store
 from baton.storage.inbox import enqueue_event
+from baton.storage.leadership import LIVENESS_LOCK_KEY
 from baton.storage.queues import PushRequest
 from baton.storage.tables import Scheduler as SchedulerRow
 from baton.testing.factories import add_organisation, fast_settings

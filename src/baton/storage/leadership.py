@@ -5,6 +5,9 @@ expired, and every takeover increments the term. A frozen holder keeps its conne
 renew, so the lease ends in bounded time (the lease runs on the database's clock, storage/clock.py).
 An elector outside the database (a Kubernetes Lease) reports who leads in the same row, for the
 API, /metrics and the status page.
+
+On PostgreSQL the holder also keeps a `LivenessLock`: a fast signal that its connection died
+(control/leadership.py explains how the elector uses it; safety never rests on it).
 """
 
 from __future__ import annotations
@@ -13,15 +16,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, and_, exists, literal, or_, select, update
+from sqlalchemy import ColumnElement, Connection, and_, exists, literal, or_, select, text, update
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from baton.core.model import utcnow
 from baton.storage.clock import db_after, db_now
-from baton.storage.engine import insert_for
+from baton.storage.engine import Store, insert_for
 from baton.storage.tables import LeaderRecord
 
 DIRECTOR_ROLE = "director"
+LIVENESS_LOCK_KEY = 0x0BA7_0002
 
 
 @dataclass(frozen=True)
@@ -122,3 +127,57 @@ def leaders(session: Session) -> Sequence[LeaderRecord]:
     """Who leads, as reported by the leader each round (for /metrics, the status page and failover
     measurements; the election itself is a lock or a lease)."""
     return session.scalars(select(LeaderRecord).order_by(LeaderRecord.role)).all()
+
+
+class LivenessLock:
+    """A session advisory lock held on a connection of its own (PostgreSQL; elsewhere never held).
+    The server frees it the moment that connection dies (SIGKILL, node lost, connection
+    terminated): whoever gets it next knows the previous holder's connection is gone."""
+
+    def __init__(self, store: Store, key: int = LIVENESS_LOCK_KEY) -> None:
+        self.store = store
+        self.key = key
+        self._conn: Connection | None = None
+
+    def hold(self) -> bool:
+        """True when this process holds the lock now, newly or still (its connection answers)."""
+        if not self.store.is_postgresql:
+            return False
+        if self._conn is not None:
+            try:
+                self._conn.execute(text("SELECT 1"))
+                self._conn.commit()
+                return True
+            except DBAPIError:
+                self.drop()
+        try:
+            conn = self.store.control_engine.connect()
+        except DBAPIError:
+            return False
+        try:
+            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": self.key}).scalar())
+            conn.commit()
+        except DBAPIError:
+            got = False
+        if not got:
+            conn.close()
+            return False
+        self._conn = conn
+        return True
+
+    def drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        # The connection may be dead already (that is often why we drop it): then SQLAlchemy refuses
+        # it with PendingRollbackError rather than a DBAPIError, and the server freed the lock anyway.
+        try:
+            conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": self.key})
+            conn.commit()
+        except SQLAlchemyError:
+            pass
+        try:
+            conn.invalidate()
+            conn.close()
+        except SQLAlchemyError:
+            pass
