@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from baton.core.model import SchedulerSpec, SchedulerType, TaskStatus
+from baton.core.priorities import rank_boefje_task
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
 from baton.ingest.events import InProcessSource, as_uuid
-from baton.ingest.planners.boefje import BoefjeScheduler, rank_boefje_task
+from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.planners.normalizer import NormalizerScheduler
 from baton.ingest.planners.report import ReportScheduler
 from baton.ingest.scheduler import SchedulerContext

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from baton.core.errors import DatabaseUnavailableError
+from baton.core.leases import past_renew_deadline
 from baton.core.logging import get_logger
 from baton.core.settings import LeaseSettings
 from baton.storage.engine import Store
@@ -115,7 +116,7 @@ class DatabaseLeaseLeader:
                     session, self.role, self.holder, term, self.settings.lease_seconds, holds_lock
                 )
         except DatabaseUnavailableError as exc:
-            if started - self._renewed_at <= self.settings.renew_deadline_seconds:
+            if not past_renew_deadline(started, self._renewed_at, self.settings.renew_deadline_seconds):
                 log.warning("could not renew leadership; retrying", term=term, error=exc.reason)
                 return True
             log.warning("leadership not renewed within the renew deadline; stepping down", term=term)
@@ -127,7 +128,7 @@ class DatabaseLeaseLeader:
             self._term = None
             self._liveness.drop()
             return False
-        if started - self._renewed_at > self.settings.renew_deadline_seconds:
+        if past_renew_deadline(started, self._renewed_at, self.settings.renew_deadline_seconds):
             # Renewed, but after the deadline (we were frozen?): our schedulers were told to stop,
             # so begin a new term rather than carry on in this one.
             log.warning("leadership renewed too late; stepping down", term=term)

@@ -11,10 +11,10 @@ places at once. SIGTERM releases everything first, so peers pick it up on their 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from baton.control.runners import ThreadRunner
+from baton.core.leases import fair_share, next_round_in, surplus
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec
 from baton.core.settings import Settings
@@ -32,8 +32,6 @@ from baton.storage.workers import (
 
 log = get_logger("baton.worker")
 RUNNER_NAME = "worker"
-# Claim a lease's end this long after the database's clock says it ends (rounding, clock reads).
-LEASE_END_MARGIN_SECONDS = 0.02
 
 
 @dataclass
@@ -44,10 +42,6 @@ class WorkerRound:
     released: list[str]
     running: int
     next_lease_end_s: float | None = None  # when a peer's lease (a scheduler's or its own) runs out next
-
-
-def fair_share(schedulers: int, live_workers: int) -> int:
-    return math.ceil(schedulers / max(1, live_workers))
 
 
 class Worker(BackgroundService):
@@ -89,20 +83,17 @@ class Worker(BackgroundService):
     def _until_next_round(self, last: WorkerRound | None) -> float:
         """One round's time, or less when a peer's lease ends sooner: a dead peer's share and
         schedulers are then taken within milliseconds of their leases' end, not up to a round later."""
-        soonest = last.next_lease_end_s if last is not None else None
-        if soonest is not None and 0 < soonest < self.round_seconds:
-            return soonest + LEASE_END_MARGIN_SECONDS
-        return self.round_seconds
+        return next_round_in(self.round_seconds, last.next_lease_end_s if last is not None else None)
 
     def _release_above(self, share: int, running: list[str]) -> list[str]:
         """Give the surplus rows up in one statement first (peers claim them in their next round),
         then tell those schedulers to stop without waiting for them: until they do, their writes
         are fenced."""
-        surplus = sorted(running)[share:]
-        if surplus:
-            self.ownership.release_many(surplus, "stopped", announce=True)
-            self.runner.stop_many(surplus, wait=False)
-        return surplus
+        above = surplus(running, share)
+        if above:
+            self.ownership.release_many(above, "stopped", announce=True)
+            self.runner.stop_many(above, wait=False)
+        return above
 
     def _claim_up_to(self, share: int, running: list[str]) -> list[str]:
         claims = self.ownership.claim_unowned(share - len(running), runner=RUNNER_NAME, running_here=running)

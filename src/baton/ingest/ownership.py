@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from baton.core.leases import making_progress, past_renew_deadline
 from baton.core.logging import get_logger
 from baton.core.settings import LeaseSettings
 from baton.storage import scheduler_leases
@@ -183,7 +184,11 @@ class Ownership:
         state; tell the lessees of lost claims. Raises when the database cannot be reached."""
         now = self._clock()
         with self._lock:
-            live = [held for held in self._held.values() if now - held.progressed_at < self.hung_after_seconds]
+            live = [
+                held
+                for held in self._held.values()
+                if making_progress(now, held.progressed_at, self.hung_after_seconds)
+            ]
             self._changed.clear()
         self._renew(live)
         self._renewed_at = self._clock()
@@ -220,7 +225,7 @@ class Ownership:
         held.lessee.lease_lost(reason)
 
     def past_renew_deadline(self) -> bool:
-        return self._clock() - self._renewed_at > self.settings.renew_deadline_seconds
+        return past_renew_deadline(self._clock(), self._renewed_at, self.settings.renew_deadline_seconds)
 
     def give_up_everything(self, reason: str) -> None:
         with self._lock:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from baton.core.errors import UnprocessableError
 from baton.core.jobs import boefje_job, job_document, job_hash
 from baton.core.model import SchedulerType, utcnow
+from baton.core.priorities import rank_boefje_task
 from baton.ingest.catalogue import BatchCatalogue, PluginCatalogue
 from baton.ingest.event_driven import EventDrivenScheduler
 from baton.ingest.events import EVENT_KIND, AnyEvent, KatScanProfileMutation, ScanProfileMutation, object_scan_level
@@ -18,14 +19,6 @@ from baton.storage.boefje_runs import claim_boefje_runs
 from baton.storage.engine import Session
 from baton.storage.queues import PushRequest
 from baton.storage.tables import Plugin
-
-
-def rank_boefje_task(previous_run: datetime | None, now: datetime) -> int:
-    """Never-run pairs first (1); then the longer since the last run, the sooner (2..169)."""
-    if previous_run is None:
-        return 1
-    hours_since = int((now - previous_run).total_seconds() // 3600)
-    return 2 + max(0, 167 - hours_since)
 
 
 class BoefjeScheduler(EventDrivenScheduler):
