@@ -78,7 +78,7 @@ IMPORT_STEPS: list[tuple[str, list[str]]] = [
     ("+ SQLAlchemy (Core and ORM)", ["sqlalchemy", "sqlalchemy.orm"]),
     ("+ pydantic, pydantic-settings", ["pydantic", "pydantic_settings"]),
     ("+ structlog, typer (logging, the CLI)", ["structlog", "typer"]),
-    ("+ Baton's modules a scheduler runs", ["baton.cli", "baton.runtime", "baton.ingest.schedulers"]),
+    ("+ Baton's modules a scheduler runs", ["baton.cli", "baton.runtime", "baton.ingest.registry"]),
 ]
 MEASURE_RSS = (
     "import importlib, sys\n"

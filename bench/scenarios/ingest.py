@@ -17,8 +17,8 @@ import psycopg
 from baton.core.logging import configure_logging
 from baton.core.model import SchedulerSpec, SchedulerType
 from baton.core.settings import Settings
+from baton.ingest.planners.normalizer import NormalizerScheduler
 from baton.ingest.rabbitmq import Publisher, event_queue
-from baton.ingest.schedulers import NormalizerScheduler
 from baton.runtime import scheduler_context
 from baton.storage.engine import Store
 from bench.scenarios.common import ORG, Context, bench_queue, clients, connect, ratio

@@ -87,7 +87,7 @@ def source_factory(
 
 
 def scheduler_context(store: Store, settings: Settings, runner: str, broker_wait_seconds: float | None = None) -> Any:
-    from baton.ingest.schedulers import SchedulerContext
+    from baton.ingest.scheduler import SchedulerContext
 
     return SchedulerContext(
         store=store,
@@ -268,7 +268,7 @@ def run_standalone(
     """Exactly one scheduler in the foreground; SIGTERM/SIGINT stop it, `stop_timeout` bounds that.
     With `leader_term` (a director's child), it claims its row only while that term leads."""
     from baton.core.errors import ConfigurationError
-    from baton.ingest.schedulers import build_scheduler
+    from baton.ingest.registry import build_scheduler
     from baton.storage.tables import Scheduler as SchedulerRow
 
     store = current_store(settings)

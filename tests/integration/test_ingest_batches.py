@@ -17,8 +17,11 @@ from baton.core.errors import ConflictError, FencedError, NotFoundError, QueueDi
 from baton.core.model import SchedulerSpec, TaskStatus
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
+from baton.ingest.event_driven import EventDrivenScheduler
 from baton.ingest.events import InProcessSource
-from baton.ingest.schedulers import BoefjeScheduler, EventDrivenScheduler, NormalizerScheduler, SchedulerContext
+from baton.ingest.planners.boefje import BoefjeScheduler
+from baton.ingest.planners.normalizer import NormalizerScheduler
+from baton.ingest.scheduler import SchedulerContext
 from baton.storage import queues
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation

@@ -1,4 +1,5 @@
-"""Leadership by lease and scheduler ownership with fencing, on both backends (storage/leases.py)."""
+"""Leadership by lease and scheduler ownership with fencing, on both backends (storage/leadership.py,
+storage/scheduler_leases.py)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,19 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from baton.control.director import Director
-from baton.control.leadership import LIVENESS_LOCK_KEY, DatabaseLeaseLeader
+from baton.control.leadership import DatabaseLeaseLeader
 from baton.control.runners import ThreadRunner
 from baton.core.errors import FencedError
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcnow
 from baton.core.settings import LeaseSettings
 from baton.ingest.ownership import Ownership, owner_prefix
-from baton.ingest.schedulers import SchedulerContext, build_scheduler
-from baton.storage import leases, queues
+from baton.ingest.registry import build_scheduler
+from baton.ingest.scheduler import SchedulerContext
+from baton.storage import pool_changes, queues, scheduler_leases
+from baton.storage import workers as worker_rows
 from baton.storage.engine import Store
 from baton.storage.inbox import enqueue_event
+from baton.storage.leadership import LIVENESS_LOCK_KEY
 from baton.storage.queues import PushRequest
 from baton.storage.tables import Scheduler as SchedulerRow
 from harness.factories import add_organisation, fast_settings
@@ -84,20 +88,20 @@ def test_a_leader_that_cannot_renew_within_the_deadline_steps_down(store: Store)
 def test_a_claim_is_a_new_term_and_fencing_refuses_the_previous_one(store: Store) -> None:
     add_organisation(store, "acme")
     with store.session() as session:
-        (first,) = leases.claim_schedulers(session, ["boefje-acme"], "w1#a", 10)
+        (first,) = scheduler_leases.claim_schedulers(session, ["boefje-acme"], "w1#a", 10)
     with store.session() as session:
-        assert leases.claim_schedulers(session, ["boefje-acme"], "w2#b", 10) == []  # held
+        assert scheduler_leases.claim_schedulers(session, ["boefje-acme"], "w2#b", 10) == []  # held
     expire_scheduler_leases(store)
     with store.session() as session:
-        (second,) = leases.claim_schedulers(session, ["boefje-acme"], "w2#b", 10)
+        (second,) = scheduler_leases.claim_schedulers(session, ["boefje-acme"], "w2#b", 10)
     assert second.term == first.term + 1
     with store.session() as session:
-        leases.fence(session, second)
+        scheduler_leases.fence(session, second)
     with pytest.raises(FencedError, match="no longer ours"), store.session() as session:
-        leases.fence(session, first)
+        scheduler_leases.fence(session, first)
     with store.session() as session:  # the old claim can neither renew nor release the row
-        assert leases.renew_claims(session, [first], 10) == {}
-        assert leases.release_claims(session, [first], "stopped") == 0
+        assert scheduler_leases.renew_claims(session, [first], 10) == {}
+        assert scheduler_leases.release_claims(session, [first], "stopped") == 0
         row = session.get(SchedulerRow, "boefje-acme")
         assert row is not None and row.owner == "w2#b" and row.term == second.term
 
@@ -107,8 +111,8 @@ def test_claims_under_a_leadership_term_only_while_it_is_current(store: Store) -
     leader = DatabaseLeaseLeader(store, "a:1", LEASES)
     assert leader.acquire_or_renew() and leader.term is not None
     with store.session() as session:
-        stale = leases.claim_schedulers(session, ["boefje-acme"], "a#1", 10, leader_term=leader.term + 1)
-        current = leases.claim_schedulers(session, ["normalizer-acme"], "a#1", 10, leader_term=leader.term)
+        stale = scheduler_leases.claim_schedulers(session, ["boefje-acme"], "a#1", 10, leader_term=leader.term + 1)
+        current = scheduler_leases.claim_schedulers(session, ["normalizer-acme"], "a#1", 10, leader_term=leader.term)
     assert stale == [] and [claim.scheduler_id for claim in current] == ["normalizer-acme"]
     leader.release()
 
@@ -246,7 +250,9 @@ def test_get_schedulers_shows_owner_term_lease_and_the_leader(client: TestClient
     leader = DatabaseLeaseLeader(store, "host-a:12", LEASES)
     assert leader.acquire_or_renew()
     with store.session() as session:
-        (claim,) = leases.claim_schedulers(session, ["boefje-acme"], "host-a:12#ab", 10, leader_term=leader.term)
+        (claim,) = scheduler_leases.claim_schedulers(
+            session, ["boefje-acme"], "host-a:12#ab", 10, leader_term=leader.term
+        )
     rows = {row["id"]: row for row in client.get("/schedulers").json()}
     boefje = rows["boefje-acme"]
     assert boefje["owner"] == "host-a:12#ab" and boefje["term"] == claim.term and boefje["lease_expires_at"]
@@ -267,13 +273,13 @@ def test_the_write_audit_sees_a_write_from_a_superseded_term(pg_store: Store) ->
             add_organisation(store, "acme")
             install(url)
             with store.session() as session:
-                (old,) = leases.claim_schedulers(session, ["boefje-acme"], "a:1#x", 10)
+                (old,) = scheduler_leases.claim_schedulers(session, ["boefje-acme"], "a:1#x", 10)
             with store.session() as session:  # a fenced write, under the current claim: fine
-                leases.fence(session, old)
+                scheduler_leases.fence(session, old)
                 queues.push(session, PushRequest(queue="boefje-acme", priority=1, data={}), utcnow())
             expire_scheduler_leases(store)
             with store.session() as session:
-                (new,) = leases.claim_schedulers(session, ["boefje-acme"], "b:2#y", 10)
+                (new,) = scheduler_leases.claim_schedulers(session, ["boefje-acme"], "b:2#y", 10)
             assert analyse(url).superseded == []
             with store.session() as session:  # what an unfenced old owner would do now
                 session.execute(text("SELECT set_config('baton.claim', :claim, true)"), {"claim": "a:1#x/1"})
@@ -330,15 +336,15 @@ def test_a_claimant_does_not_claim_again_what_it_runs_when_the_lease_lapsed(stor
     row again would fence out that very scheduler (and leave the new claim run by nobody)."""
     add_organisation(store, "acme")
     with store.session() as session:
-        first = leases.claim_unowned(session, "w:1#a", 10, LEASES.lease_seconds)
+        first = scheduler_leases.claim_unowned(session, "w:1#a", 10, LEASES.lease_seconds)
     assert len(first) == 3
     expire_scheduler_leases(store)
     running = [claim.scheduler_id for claim in first if claim.scheduler_id != "boefje-acme"]
     with store.session() as session:
-        again = leases.claim_unowned(session, "w:1#a", 10, LEASES.lease_seconds, running_here=running)
+        again = scheduler_leases.claim_unowned(session, "w:1#a", 10, LEASES.lease_seconds, running_here=running)
     assert [claim.scheduler_id for claim in again] == ["boefje-acme"]  # the one no longer running here
     with store.session() as session:
-        renewed = leases.renew_claims(session, [claim for claim in first if claim.scheduler_id in running], 3)
+        renewed = scheduler_leases.renew_claims(session, [claim for claim in first if claim.scheduler_id in running], 3)
     assert sorted(renewed) == sorted(running)  # still ours: the lapsed leases renew
 
 
@@ -348,12 +354,12 @@ def test_on_postgresql_a_frozen_transaction_locking_a_lapsed_row_is_ended(
     """A process frozen mid-transaction keeps its row locks (no idle timeout applies mid-pipeline):
     once its lease ran out, the next claimant ends that transaction instead of skipping the row for
     as long as the freeze; a process whose lease still runs is left alone."""
-    monkeypatch.setattr(leases, "LAPSED_LOCK_SECONDS", 0.0)
+    monkeypatch.setattr(scheduler_leases, "LAPSED_LOCK_SECONDS", 0.0)
     add_organisation(pg_store, "acme")
     ownership = Ownership(pg_store, LEASES, owner="b:2#y")
     with pg_store.session() as session:
-        (lapsed,) = leases.claim_schedulers(session, ["boefje-acme"], "a:1#x", -1)  # ran out already
-        leases.claim_schedulers(session, ["normalizer-acme"], "c:3#z", 60)
+        (lapsed,) = scheduler_leases.claim_schedulers(session, ["boefje-acme"], "a:1#x", -1)  # ran out already
+        scheduler_leases.claim_schedulers(session, ["normalizer-acme"], "c:3#z", 60)
     with pg_store.engine.connect() as frozen, pg_store.engine.connect() as live:
         for conn, process, scheduler_id in ((frozen, "1@a", "boefje-acme"), (live, "3@c", "normalizer-acme")):
             conn.execute(text(f"SET application_name = 'baton {process}'"))  # engine.connection_name()
@@ -383,14 +389,14 @@ def test_on_postgresql_workers_are_woken_when_the_pool_changes(pg_store: Store) 
     """A worker waits for its next round or for a peer's announcement (joined, left, gave schedulers
     up), whichever comes first: hand-overs do not wait for the round."""
     stop = threading.Event()
-    changes = leases.PoolChanges(pg_store.url, stop)
+    changes = pool_changes.PoolChanges(pg_store.url, stop)
     try:
         changes.wait(0)  # listening from now on
         woke = threading.Event()
         waiter = threading.Thread(target=lambda: (changes.wait(60), woke.set()), daemon=True)
         waiter.start()
         with pg_store.session() as session:
-            leases.announce_pool_change(session)
+            pool_changes.announce_pool_change(session)
         assert woke.wait(30), "still waiting for the 60 s round after an announcement"
     finally:
         stop.set()
@@ -402,29 +408,29 @@ def test_a_worker_whose_scheduler_lease_ended_is_counted_out_before_its_row_ends
     times); its peers must not wait for the row to count it out and take its share."""
     add_organisation(store, "acme")
     with store.session() as session:
-        leases.heartbeat_worker(session, "alive#1", 30)
-        leases.heartbeat_worker(session, "killed#1", 30)
-        leases.heartbeat_worker(session, "idle#1", 30)  # holds nothing: live while its row is
-        leases.claim_schedulers(session, ["boefje-acme"], "alive#1", 30)
-        leases.claim_schedulers(session, ["normalizer-acme"], "killed#1", 30)
-        assert leases.live_workers(session) == ["alive#1", "idle#1", "killed#1"]
-        leases.claim_schedulers(session, ["report-acme"], "killed#1", -1)  # this one's lease has ended
+        worker_rows.heartbeat_worker(session, "alive#1", 30)
+        worker_rows.heartbeat_worker(session, "killed#1", 30)
+        worker_rows.heartbeat_worker(session, "idle#1", 30)  # holds nothing: live while its row is
+        scheduler_leases.claim_schedulers(session, ["boefje-acme"], "alive#1", 30)
+        scheduler_leases.claim_schedulers(session, ["normalizer-acme"], "killed#1", 30)
+        assert worker_rows.live_workers(session) == ["alive#1", "idle#1", "killed#1"]
+        scheduler_leases.claim_schedulers(session, ["report-acme"], "killed#1", -1)  # this one's lease has ended
     with store.session() as session:
-        assert leases.live_workers(session) == ["alive#1", "idle#1"]
+        assert worker_rows.live_workers(session) == ["alive#1", "idle#1"]
 
 
 def test_a_worker_learns_when_the_first_lease_of_a_peer_ends(store: Store) -> None:
     add_organisation(store, "acme")
     with store.session() as session:
-        assert leases.seconds_until_a_peer_lease_ends(session, "me#1") is None
-        leases.heartbeat_worker(session, "me#1", 1)  # our own leases end sooner: not counted
-        leases.claim_schedulers(session, ["normalizer-acme"], "me#1", 1)
-        leases.claim_schedulers(session, ["boefje-acme"], "peer#1", 20)
-        leases.claim_schedulers(session, ["report-acme"], "peer#2", -1)  # ended already: not what comes next
+        assert worker_rows.seconds_until_a_peer_lease_ends(session, "me#1") is None
+        worker_rows.heartbeat_worker(session, "me#1", 1)  # our own leases end sooner: not counted
+        scheduler_leases.claim_schedulers(session, ["normalizer-acme"], "me#1", 1)
+        scheduler_leases.claim_schedulers(session, ["boefje-acme"], "peer#1", 20)
+        scheduler_leases.claim_schedulers(session, ["report-acme"], "peer#2", -1)  # ended already: not what comes next
     with store.session() as session:
-        scheduler_only = leases.seconds_until_a_peer_lease_ends(session, "me#1")
-        leases.heartbeat_worker(session, "peer#1", 10)
+        scheduler_only = worker_rows.seconds_until_a_peer_lease_ends(session, "me#1")
+        worker_rows.heartbeat_worker(session, "peer#1", 10)
     with store.session() as session:
-        with_worker = leases.seconds_until_a_peer_lease_ends(session, "me#1")
+        with_worker = worker_rows.seconds_until_a_peer_lease_ends(session, "me#1")
     assert scheduler_only is not None and 15 < scheduler_only <= 20
     assert with_worker is not None and 5 < with_worker <= 10

@@ -31,8 +31,9 @@ from baton.ingest.events import (
     RawFileReceived,
     as_uuid,
 )
+from baton.ingest.planners.normalizer import NormalizerScheduler
 from baton.ingest.rabbitmq import DEAD_LETTER_QUEUE, ORGANISATIONS_QUEUE, Publisher, RabbitMQSource, event_queue
-from baton.ingest.schedulers import NormalizerScheduler, SchedulerContext
+from baton.ingest.scheduler import SchedulerContext
 from baton.runtime import scheduler_context
 from baton.storage import queues
 from baton.storage.engine import Store
@@ -452,8 +453,8 @@ def test_openkats_own_queues_are_routed_to_the_schedulers(store: Store, amqp_url
     for all organisations); the router puts each message in its scheduler's inbox, creating an
     organisation it has not seen, and dead-letters what it cannot read."""
     from baton.ingest.events import DatabaseInbox
+    from baton.ingest.planners.boefje import BoefjeScheduler
     from baton.ingest.rabbitmq import OpenKatEventRouter
-    from baton.ingest.schedulers import BoefjeScheduler
     from baton.storage.plugins import seed_plugins as seed
 
     with store.session() as session:

@@ -20,7 +20,10 @@ from baton.core.jobs import BoefjeJob, NormalizerJob, ReportJob, job_hash, murmu
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
 from baton.ingest.events import InProcessSource, parse_event
-from baton.ingest.schedulers import BoefjeScheduler, NormalizerScheduler, ReportScheduler, SchedulerContext
+from baton.ingest.planners.boefje import BoefjeScheduler
+from baton.ingest.planners.normalizer import NormalizerScheduler
+from baton.ingest.planners.report import ReportScheduler
+from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.plugins import seed_plugins
 from harness.servers import api_replicas

@@ -13,7 +13,7 @@ from baton.control.director import Director
 from baton.control.runners import ThreadRunner
 from baton.core.model import TaskStatus, utcnow
 from baton.core.settings import Settings
-from baton.ingest.schedulers import SchedulerContext
+from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
 from baton.storage.tables import Organisation, Task

@@ -8,16 +8,14 @@ from typing import Any
 import pytest
 
 from baton.core.model import SchedulerSpec, SchedulerType, TaskStatus
+from baton.core.priorities import rank_boefje_task
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
 from baton.ingest.events import InProcessSource, as_uuid
-from baton.ingest.schedulers import (
-    BoefjeScheduler,
-    NormalizerScheduler,
-    ReportScheduler,
-    SchedulerContext,
-    rank_boefje_task,
-)
+from baton.ingest.planners.boefje import BoefjeScheduler
+from baton.ingest.planners.normalizer import NormalizerScheduler
+from baton.ingest.planners.report import ReportScheduler
+from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
 from baton.storage.plugins import seed_plugins, set_enabled_for_organisation

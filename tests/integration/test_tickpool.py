@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from baton.control.runners import ThreadRunner
 from baton.core.model import SchedulerSpec, SchedulerState
 from baton.ingest.events import Delivery
-from baton.ingest.schedulers import SchedulerContext
+from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.tables import Scheduler as SchedulerRow
 from harness.factories import add_organisation, fast_settings

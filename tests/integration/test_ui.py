@@ -20,9 +20,10 @@ from baton.service.metrics import Metrics
 from baton.service.queues import QueueService
 from baton.service.status import BrokerProbe, RateSampler, StatusService, TaskFilter, failed_since
 from baton.service.tokens import Scope, create_token
-from baton.storage import leases
+from baton.storage import scheduler_leases
+from baton.storage import workers as worker_rows
 from baton.storage.engine import Store
-from baton.storage.leases import report_leadership
+from baton.storage.leadership import report_leadership
 from baton.storage.scheduler_rows import record_heartbeat
 from baton.storage.tables import LeaderRecord, Task
 from baton.ui.render import render
@@ -202,8 +203,8 @@ def status_service(store: Store, **settings: Any) -> StatusService:
 def test_workers_and_leases_are_shown(store: Store) -> None:
     add_organisation(store, "acme")
     with store.session() as session:
-        claims = leases.claim_schedulers(session, ["boefje-acme", "normalizer-acme"], "pod-x:1#ab", 15)
-        leases.heartbeat_worker(session, "pod-x:1#ab", 15)
+        claims = scheduler_leases.claim_schedulers(session, ["boefje-acme", "normalizer-acme"], "pod-x:1#ab", 15)
+        worker_rows.heartbeat_worker(session, "pod-x:1#ab", 15)
     assert len(claims) == 2
     status = status_service(store)
     plane = status.control_plane(None)

@@ -14,7 +14,7 @@ import pytest
 
 from baton.core.model import utcnow
 from baton.storage.engine import Store
-from baton.storage.leases import leadership
+from baton.storage.leadership import leadership
 from harness.waiting import wait_until
 
 

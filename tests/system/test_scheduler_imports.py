@@ -102,6 +102,6 @@ def test_a_scheduler_process_imports_only_what_a_scheduler_needs(
         create_organisation(session, "lean", "lean", maxsize=10)
     modules = run_scheduler_process(store, SchedulerSpec("lean", scheduler_type), tmp_path / "modules.txt")
 
-    assert "baton.ingest.schedulers" in modules and "sqlalchemy" in modules  # the log is complete
+    assert "baton.ingest.scheduler" in modules and "sqlalchemy" in modules  # the log is complete
     assert sorted(NOT_IN_A_SCHEDULER & {name.split(".")[0] for name in modules}) == []
     assert sorted(name for name in modules if name.startswith(BATON_LAYERS_NOT_IN_A_SCHEDULER)) == []

@@ -8,7 +8,7 @@ from baton.api.deps import Responses, SettingsDep, StoreDep
 from baton.api.schemas import ErrorOut, LeaderOut, SchedulerOut, SchedulerPatch
 from baton.core.heartbeat import live_state
 from baton.core.model import SchedulerState, SchedulerType, utcnow
-from baton.storage.leases import Leadership, leadership
+from baton.storage.leadership import Leadership, leadership
 from baton.storage.scheduler_rows import get_scheduler, list_schedulers
 from baton.storage.tables import Scheduler
 

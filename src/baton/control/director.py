@@ -21,7 +21,8 @@ from baton.core.model import SchedulerSpec, utcnow
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
 from baton.storage.engine import Store
-from baton.storage.leases import DIRECTOR_ROLE, report_leadership, revoke_claims
+from baton.storage.leadership import DIRECTOR_ROLE, report_leadership
+from baton.storage.scheduler_leases import revoke_claims
 from baton.storage.scheduler_rows import all_specs, heartbeats
 from baton.storage.tasks import requeue_stuck
 

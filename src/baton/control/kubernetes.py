@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from baton.control.runners import standalone_args
 from baton.core.errors import ConfigurationError
+from baton.core.leases import lease_expired
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType
 from baton.core.settings import Settings
@@ -351,7 +352,7 @@ class LeaseElector:
         holder = spec.holder_identity
         duration = timedelta(seconds=spec.lease_duration_seconds or self.lease_seconds)
         renewed = spec.renew_time
-        expired = renewed is None or renewed + duration < now
+        expired = lease_expired(renewed, duration, now)
         if holder == self.identity:
             if self._renewed_at is None or now - self._renewed_at > timedelta(seconds=self.renew_deadline_seconds):
                 # Too slow (frozen?) or a previous life of ours: our schedulers may have been

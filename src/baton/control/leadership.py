@@ -1,20 +1,21 @@
 """Leader election: only one director reconciles at a time, and only for a bounded time without
 renewing.
 
-`DatabaseLeaseLeader` holds a lease row in the database (storage/leases.py): renewed every retry
+`DatabaseLeaseLeader` holds a lease row in the database (storage/leadership.py): renewed every retry
 period, taken over by a conditional UPDATE once expired, every takeover a new term. The holder
 stops acting when it could not renew within the renew deadline, which comes before the lease ends,
 so in normal operation two terms never overlap; when they do (a frozen process resumes), fencing
 refuses the old term's writes. kubernetes.py adds a `coordination.k8s.io` Lease elector with the
 same interface.
 
-On PostgreSQL the leader also holds a session advisory lock on a connection of its own, as a fast
-liveness signal only: the server frees it the moment the holder's connection dies (SIGKILL, node
-lost, connection terminated), so a standby that gets the lock takes the lease over at once instead
-of waiting for it to expire, provided the lease row says its holder had the lock (a leader that
-took over from a frozen one may not have it yet). A frozen holder keeps its connection, hence the
-lock, and then the lease's expiry decides. Safety never rests on the lock: every takeover is a new term, and fencing
-refuses whatever the previous term still tries to write.
+On PostgreSQL the leader also holds a session advisory lock on a connection of its own
+(`LivenessLock`, storage/leadership.py), as a fast liveness signal only: the server frees it the
+moment the holder's connection dies (SIGKILL, node lost, connection terminated), so a standby that
+gets the lock takes the lease over at once instead of waiting for it to expire, provided the lease
+row says its holder had the lock (a leader that took over from a frozen one may not have it yet). A
+frozen holder keeps its connection, hence the lock, and then the lease's expiry decides. Safety
+never rests on the lock: every takeover is a new term, and fencing refuses whatever the previous
+term still tries to write.
 """
 
 from __future__ import annotations
@@ -23,17 +24,20 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from sqlalchemy import Connection, text
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-
 from baton.core.errors import DatabaseUnavailableError
+from baton.core.leases import past_renew_deadline
 from baton.core.logging import get_logger
 from baton.core.settings import LeaseSettings
-from baton.storage import leases
 from baton.storage.engine import Store
+from baton.storage.leadership import (
+    DIRECTOR_ROLE,
+    LivenessLock,
+    release_leadership,
+    renew_leadership,
+    try_acquire_leadership,
+)
 
 log = get_logger("baton.leader")
-LIVENESS_LOCK_KEY = 0x0BA7_0002
 
 
 class LeaderElector(Protocol):
@@ -61,7 +65,7 @@ class DatabaseLeaseLeader:
         store: Store,
         holder: str,
         settings: LeaseSettings,
-        role: str = leases.DIRECTOR_ROLE,
+        role: str = DIRECTOR_ROLE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -71,7 +75,7 @@ class DatabaseLeaseLeader:
         self._clock = clock
         self._term: int | None = None
         self._renewed_at = 0.0
-        self._lock_conn: Connection | None = None
+        self._liveness = LivenessLock(store)
 
     @property
     def term(self) -> int | None:
@@ -82,66 +86,19 @@ class DatabaseLeaseLeader:
             return self._acquire()
         return self._renew(self._term)
 
-    # -- the liveness lock (PostgreSQL) ------------------------------------------------------------
-
-    def _hold_liveness_lock(self) -> bool:
-        """True when this process holds the lock now, newly or still (its connection answers)."""
-        if not self.store.is_postgresql:
-            return False
-        if self._lock_conn is not None:
-            try:
-                self._lock_conn.execute(text("SELECT 1"))
-                self._lock_conn.commit()
-                return True
-            except DBAPIError:
-                self._drop_liveness_lock()
-        try:
-            conn = self.store.control_engine.connect()
-        except DBAPIError:
-            return False
-        try:
-            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": LIVENESS_LOCK_KEY}).scalar())
-            conn.commit()
-        except DBAPIError:
-            got = False
-        if not got:
-            conn.close()
-            return False
-        self._lock_conn = conn
-        return True
-
-    def _drop_liveness_lock(self) -> None:
-        conn, self._lock_conn = self._lock_conn, None
-        if conn is None:
-            return
-        # The connection may be dead already (that is often why we drop it): then SQLAlchemy refuses
-        # it with PendingRollbackError rather than a DBAPIError, and the server freed the lock anyway.
-        try:
-            conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": LIVENESS_LOCK_KEY})
-            conn.commit()
-        except SQLAlchemyError:
-            pass
-        try:
-            conn.invalidate()
-            conn.close()
-        except SQLAlchemyError:
-            pass
-
     # -- the lease ---------------------------------------------------------------------------------
 
     def _acquire(self) -> bool:
         started = self._clock()
-        holds_lock = self._hold_liveness_lock()
+        holds_lock = self._liveness.hold()
         try:
             with self.store.control_session() as session:
-                term = leases.try_acquire_leadership(
-                    session, self.role, self.holder, self.settings.lease_seconds, holds_lock
-                )
+                term = try_acquire_leadership(session, self.role, self.holder, self.settings.lease_seconds, holds_lock)
         except DatabaseUnavailableError:
-            self._drop_liveness_lock()
+            self._liveness.drop()
             return False
         if term is None:
-            self._drop_liveness_lock()
+            self._liveness.drop()
             return False
         self._term, self._renewed_at = term, started
         log.info("became leader", role=self.role, term=term, holder=self.holder)
@@ -152,26 +109,26 @@ class DatabaseLeaseLeader:
         # Every renewal says whether we hold the liveness lock now (and takes it when it is free:
         # a leader that took over from a frozen one gets it once that one lets go), so that a
         # standby takes over at once when our connection dies, not only in our first round.
-        holds_lock = self._hold_liveness_lock()
+        holds_lock = self._liveness.hold()
         try:
             with self.store.control_session() as session:
-                renewed = leases.renew_leadership(
+                renewed = renew_leadership(
                     session, self.role, self.holder, term, self.settings.lease_seconds, holds_lock
                 )
         except DatabaseUnavailableError as exc:
-            if started - self._renewed_at <= self.settings.renew_deadline_seconds:
+            if not past_renew_deadline(started, self._renewed_at, self.settings.renew_deadline_seconds):
                 log.warning("could not renew leadership; retrying", term=term, error=exc.reason)
                 return True
             log.warning("leadership not renewed within the renew deadline; stepping down", term=term)
             self._term = None
-            self._drop_liveness_lock()
+            self._liveness.drop()
             return False
         if not renewed:
             log.warning("leadership taken over by another director", term=term)
             self._term = None
-            self._drop_liveness_lock()
+            self._liveness.drop()
             return False
-        if started - self._renewed_at > self.settings.renew_deadline_seconds:
+        if past_renew_deadline(started, self._renewed_at, self.settings.renew_deadline_seconds):
             # Renewed, but after the deadline (we were frozen?): our schedulers were told to stop,
             # so begin a new term rather than carry on in this one.
             log.warning("leadership renewed too late; stepping down", term=term)
@@ -182,12 +139,12 @@ class DatabaseLeaseLeader:
 
     def release(self) -> None:
         term, self._term = self._term, None
-        self._drop_liveness_lock()
+        self._liveness.drop()
         if term is None:
             return
         try:
             with self.store.control_session() as session:
-                leases.release_leadership(session, self.role, self.holder, term)
+                release_leadership(session, self.role, self.holder, term)
         except DatabaseUnavailableError:
             pass  # the lease simply expires
 

@@ -9,14 +9,14 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pydantic import ValidationError
 
 from baton.core.backoff import RECONNECT, fresh
+from baton.core.errors import NotFoundError
 from baton.core.logging import get_logger
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService, retry_until_stopped
 from baton.ingest.events import ORGANISATION_EVENT, OrganisationCreated, OrganisationDeleted
 from baton.ingest.rabbitmq import AMQP_ERRORS, ORGANISATIONS_QUEUE, close_quietly, connect, dead_letter, declare_queue
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation, delete_organisation
-from baton.storage.tables import Organisation
+from baton.storage.organisations import create_organisation, delete_organisation, get_organisation
 
 log = get_logger("baton.organisations")
 OrganisationEvent = OrganisationCreated | OrganisationDeleted
@@ -80,7 +80,11 @@ def organisation_applier(store: Store, settings: Settings) -> Callable[[Organisa
     def apply(event: OrganisationEvent) -> None:
         org = event.organisation
         with store.session() as session:
-            exists = session.get(Organisation, org.id) is not None
+            try:
+                get_organisation(session, org.id)
+                exists = True
+            except NotFoundError:
+                exists = False
             if isinstance(event, OrganisationCreated) and not exists:
                 # A concurrent create by another director raises ConflictError: the message is
                 # requeued, and on redelivery the organisation exists, so nothing more happens.

@@ -26,9 +26,10 @@ from baton.core.backoff import RESTART, Backoff, fresh
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec, SchedulerState
 from baton.ingest.ownership import owner_prefix
-from baton.ingest.schedulers import Scheduler, SchedulerContext, build_scheduler
+from baton.ingest.registry import build_scheduler
+from baton.ingest.scheduler import Scheduler, SchedulerContext
 from baton.storage.engine import Store
-from baton.storage.leases import Claim, mark_failed_unless_claimed
+from baton.storage.scheduler_leases import Claim, mark_failed_unless_claimed
 
 log = get_logger("baton.runners")
 STABLE_AFTER_SECONDS = 30.0

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from baton.core.logging import get_logger
-from baton.ingest.schedulers import Scheduler
+from baton.ingest.scheduler import Scheduler
 
 log = get_logger("baton.tickpool")
 

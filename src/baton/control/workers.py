@@ -5,28 +5,33 @@ Each round a worker heartbeats its `workers` row, computes its fair share (every
 existing organisation, divided by the live workers, rounded up), gives up what it holds above that
 share (a new peer joined) and claims unowned or expired schedulers up to it (a peer left or died).
 Its schedulers take turns on a few threads (control/tickpool.py); their leases and fencing are the
-same as a director's (storage/leases.py, ingest/ownership.py), so a scheduler never runs in two
+same as a director's (storage/scheduler_leases.py, ingest/ownership.py), so a scheduler never runs in two
 places at once. SIGTERM releases everything first, so peers pick it up on their next round.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from baton.control.runners import ThreadRunner
+from baton.core.leases import fair_share, next_round_in, surplus
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
-from baton.ingest.schedulers import SchedulerContext
-from baton.storage import leases
+from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Store
+from baton.storage.pool_changes import PoolChanges, announce_pool_change
+from baton.storage.workers import (
+    count_schedulers,
+    heartbeat_worker,
+    live_workers,
+    remove_worker,
+    seconds_until_a_peer_lease_ends,
+)
 
 log = get_logger("baton.worker")
 RUNNER_NAME = "worker"
-# Claim a lease's end this long after the database's clock says it ends (rounding, clock reads).
-LEASE_END_MARGIN_SECONDS = 0.02
 
 
 @dataclass
@@ -37,10 +42,6 @@ class WorkerRound:
     released: list[str]
     running: int
     next_lease_end_s: float | None = None  # when a peer's lease (a scheduler's or its own) runs out next
-
-
-def fair_share(schedulers: int, live_workers: int) -> int:
-    return math.ceil(schedulers / max(1, live_workers))
 
 
 class Worker(BackgroundService):
@@ -54,18 +55,18 @@ class Worker(BackgroundService):
         self.id = self.ownership.owner
         self.runner = ThreadRunner(context)
         self.round_seconds = min(1.0, settings.leases.retry_period_seconds)
-        self.pool_changes = leases.PoolChanges(store.url, self._stop)
+        self.pool_changes = PoolChanges(store.url, self._stop)
         self._joined = False
 
     def step(self) -> WorkerRound:
         lease = self.settings.leases.lease_seconds
         with self.store.control_session() as session:
-            leases.heartbeat_worker(session, self.id, lease)
+            heartbeat_worker(session, self.id, lease)
             if not self._joined:
-                leases.announce_pool_change(session)  # peers above their new share release now
+                announce_pool_change(session)  # peers above their new share release now
                 self._joined = True
-            live = len(leases.live_workers(session))
-            share = fair_share(leases.count_schedulers(session), live)
+            live = len(live_workers(session))
+            share = fair_share(count_schedulers(session), live)
         self.runner.forget_dead()
         running = [spec.id for spec in self.runner.list()]
         released = self._release_above(share, running)
@@ -77,25 +78,22 @@ class Worker(BackgroundService):
 
     def _next_lease_end(self) -> float | None:
         with self.store.control_session() as session:
-            return leases.seconds_until_a_peer_lease_ends(session, self.id)
+            return seconds_until_a_peer_lease_ends(session, self.id)
 
     def _until_next_round(self, last: WorkerRound | None) -> float:
         """One round's time, or less when a peer's lease ends sooner: a dead peer's share and
         schedulers are then taken within milliseconds of their leases' end, not up to a round later."""
-        soonest = last.next_lease_end_s if last is not None else None
-        if soonest is not None and 0 < soonest < self.round_seconds:
-            return soonest + LEASE_END_MARGIN_SECONDS
-        return self.round_seconds
+        return next_round_in(self.round_seconds, last.next_lease_end_s if last is not None else None)
 
     def _release_above(self, share: int, running: list[str]) -> list[str]:
         """Give the surplus rows up in one statement first (peers claim them in their next round),
         then tell those schedulers to stop without waiting for them: until they do, their writes
         are fenced."""
-        surplus = sorted(running)[share:]
-        if surplus:
-            self.ownership.release_many(surplus, "stopped", announce=True)
-            self.runner.stop_many(surplus, wait=False)
-        return surplus
+        above = surplus(running, share)
+        if above:
+            self.ownership.release_many(above, "stopped", announce=True)
+            self.runner.stop_many(above, wait=False)
+        return above
 
     def _claim_up_to(self, share: int, running: list[str]) -> list[str]:
         claims = self.ownership.claim_unowned(share - len(running), runner=RUNNER_NAME, running_here=running)
@@ -125,8 +123,8 @@ class Worker(BackgroundService):
         """Leave the pool first (peers' shares grow at once), then hand every scheduler back."""
         try:
             with self.store.control_session() as session:
-                leases.remove_worker(session, self.id)
-                leases.announce_pool_change(session)
+                remove_worker(session, self.id)
+                announce_pool_change(session)
         except Exception:
             log.warning("could not remove the worker's row; it expires", worker=self.id)
         try:

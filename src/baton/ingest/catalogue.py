@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
-from sqlalchemy.orm import Session
 
 from baton.core.errors import ConfigurationError
 from baton.ingest.events import ScanLevel
+from baton.storage.engine import Session
 from baton.storage.plugins import enabled_plugins, seed_plugins
 from baton.storage.tables import Plugin
 

@@ -20,11 +20,11 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
-from sqlalchemy.orm import Session
 
 from baton.core.jobs import Boefje, BoefjeMeta, OpenKatOrganisation, RawData
-from baton.core.model import OrganisationId, SchedulerType, scheduler_id_for, utcnow
+from baton.core.model import OrganisationId, SchedulerType, scheduler_id_for
 from baton.storage import inbox
+from baton.storage.engine import Session
 from baton.storage.tables import Event
 
 
@@ -269,8 +269,7 @@ class InboxDelivery:
         self.payload: dict[str, Any] = row.payload
 
     def settle(self, session: Session) -> None:
-        self.row.consumed_at = utcnow()
-        session.add(self.row)
+        inbox.mark_consumed(session, self.row)
 
     def ack(self) -> None:
         return None

@@ -5,7 +5,7 @@ period (which is also their heartbeat), released on a graceful stop.
 A scheduler whose claim is lost (someone else's term now, its organisation gone) is told at once;
 one that cannot be renewed within the renew deadline (database unreachable, process frozen) is
 told to stop too, before its lease can expire and someone else takes over. Fencing (every write
-checked against the claim, storage/leases.py) covers whatever slips between the two.
+checked against the claim, storage/scheduler_leases.py) covers whatever slips between the two.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from baton.core.leases import making_progress, past_renew_deadline
 from baton.core.logging import get_logger
 from baton.core.settings import LeaseSettings
-from baton.storage import leases
+from baton.storage import scheduler_leases
 from baton.storage.engine import Store
-from baton.storage.leases import Claim
+from baton.storage.pool_changes import announce_pool_change
+from baton.storage.scheduler_leases import Claim
 
 log = get_logger("baton.ownership")
 # New states are written soon, not at once: when a thousand schedulers start together, one write
@@ -87,7 +89,7 @@ class Ownership:
         """Claim what nobody holds, in one statement; the ones we got."""
         wanted = list(scheduler_ids)
         with self.store.control_session() as session:
-            claims = leases.claim_schedulers(
+            claims = scheduler_leases.claim_schedulers(
                 session, wanted, self.owner, self.settings.lease_seconds, self.leader_term, runner=runner
             )
         if len(claims) < len(wanted):
@@ -96,7 +98,7 @@ class Ownership:
 
     def claim_unowned(self, limit: int, runner: str | None = None, running_here: Iterable[str] = ()) -> list[Claim]:
         with self.store.control_session() as session:
-            claims = leases.claim_unowned(
+            claims = scheduler_leases.claim_unowned(
                 session, self.owner, limit, self.settings.lease_seconds, runner=runner, running_here=running_here
             )
         if len(claims) < limit:
@@ -105,9 +107,9 @@ class Ownership:
 
     def _end_lapsed_lockers(self) -> None:
         """Rows we could not claim may be locked by a frozen process past its lease: end its
-        transaction, so the next round claims them (storage/leases.py explains when that happens)."""
+        transaction, so the next round claims them (storage/scheduler_leases.py explains when that happens)."""
         with self.store.control_session() as session:
-            ended = leases.end_lapsed_lockers(session)
+            ended = scheduler_leases.end_lapsed_lockers(session)
         if ended:
             log.warning("ended database sessions that held lapsed scheduler rows locked", sessions=ended)
 
@@ -140,7 +142,7 @@ class Ownership:
                 return
             del self._held[claim.scheduler_id]
         with self.store.control_session() as session:
-            leases.release_claims(session, [claim], state)
+            scheduler_leases.release_claims(session, [claim], state)
 
     def release_many(self, scheduler_ids: Iterable[str], state: str, announce: bool = False) -> int:
         """Give these rows up in one statement (a worker above its share): peers may claim them at
@@ -154,9 +156,9 @@ class Ownership:
         if not claims:
             return 0
         with self.store.control_session() as session:
-            released = leases.release_claims(session, claims, state)
+            released = scheduler_leases.release_claims(session, claims, state)
             if announce:
-                leases.announce_pool_change(session)
+                announce_pool_change(session)
             return released
 
     def release_all(self, state: str, announce: bool = False) -> int:
@@ -182,7 +184,11 @@ class Ownership:
         state; tell the lessees of lost claims. Raises when the database cannot be reached."""
         now = self._clock()
         with self._lock:
-            live = [held for held in self._held.values() if now - held.progressed_at < self.hung_after_seconds]
+            live = [
+                held
+                for held in self._held.values()
+                if making_progress(now, held.progressed_at, self.hung_after_seconds)
+            ]
             self._changed.clear()
         self._renew(live)
         self._renewed_at = self._clock()
@@ -199,7 +205,7 @@ class Ownership:
             states = {held.claim.scheduler_id: held.state for held in live if held.state is not None}
         if live:
             with self.store.control_session() as session:
-                renewed = leases.renew_claims(
+                renewed = scheduler_leases.renew_claims(
                     session, [held.claim for held in live], self.settings.lease_seconds, states
                 )
         else:
@@ -219,7 +225,7 @@ class Ownership:
         held.lessee.lease_lost(reason)
 
     def past_renew_deadline(self) -> bool:
-        return self._clock() - self._renewed_at > self.settings.renew_deadline_seconds
+        return past_renew_deadline(self._clock(), self._renewed_at, self.settings.renew_deadline_seconds)
 
     def give_up_everything(self, reason: str) -> None:
         with self._lock:

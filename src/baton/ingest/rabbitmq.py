@@ -24,7 +24,6 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import Basic, BasicProperties
 from pydantic import ValidationError
-from sqlalchemy.orm import Session
 
 from baton.core.backoff import RECONNECT, fresh
 from baton.core.diagnosis import reason
@@ -43,7 +42,7 @@ from baton.ingest.events import (
     parse_event,
     target_scheduler,
 )
-from baton.storage.engine import Store
+from baton.storage.engine import Session, Store
 from baton.storage.organisations import adopt_organisation
 
 log = get_logger("baton.messaging")

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 
 from baton.core.model import SchedulerSpec, utcnow
 from baton.storage.engine import Store
-from baton.storage.leaders import leaders
+from baton.storage.leadership import leaders
 from baton.storage.queues import queue_counts
 from baton.storage.tables import Task
 

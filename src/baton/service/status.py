@@ -46,7 +46,7 @@ from baton.core.settings import Settings
 from baton.service.metrics import Metrics
 from baton.service.queues import QueueService, QueueView
 from baton.storage.engine import Store
-from baton.storage.leaders import leaders
+from baton.storage.leadership import leaders
 from baton.storage.queues import queue_counts
 from baton.storage.scheduler_rows import get_scheduler, list_schedulers
 from baton.storage.statements import TASKS

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from baton.core.model import utcnow
 from baton.storage.tables import Event
 
 
@@ -28,3 +29,10 @@ def claim_pending(session: Session, scheduler_id: str, limit: int) -> Sequence[E
         .limit(limit)
         .with_for_update(skip_locked=True)
     ).all()
+
+
+def mark_consumed(session: Session, row: Event) -> None:
+    """The event is handled: consumed with the transaction that handled it (a rollback undoes it,
+    and the event is delivered again)."""
+    row.consumed_at = utcnow()
+    session.add(row)

@@ -93,7 +93,7 @@ class Scheduler(Base):
     location: Mapped[str | None] = mapped_column(String(256), nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    # Ownership (storage/leases.py): who runs this scheduler, under which term (the fencing token:
+    # Ownership (storage/scheduler_leases.py): who runs this scheduler, under which term (the fencing token:
     # it grows on every claim), and until when unless renewed.
     owner: Mapped[str | None] = mapped_column(String(256), nullable=True, index=True)
     term: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
@@ -292,7 +292,7 @@ class ApiToken(Base):
 
 
 class LeaderRecord(Base):
-    """A leadership lease (storage/leases.py): its holder, its term (grows on every takeover) and
+    """A leadership lease (storage/leadership.py): its holder, its term (grows on every takeover) and
     when it expires unless renewed. With a Kubernetes Lease elector the row only reports."""
 
     __tablename__ = "leaders"

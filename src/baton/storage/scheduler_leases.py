@@ -1,13 +1,8 @@
-"""Leases: who leads, who runs each scheduler, and the fencing check every scheduler write passes.
+"""Scheduler ownership: who runs each scheduler, and the fencing check every scheduler write passes.
 
-One mechanism for both. A lease is a row with a holder, a term and an expiry on the database's clock
-(`clock_timestamp()` on PostgreSQL, so replicas' clocks never matter; SQLite is one machine).
-
-- Leadership: a `leaders` row per role. The holder renews it; anyone may take it over by a
-  conditional UPDATE once it has expired, and every takeover increments the term. A frozen holder
-  keeps its connection but cannot renew, so the lease ends in bounded time.
-- Scheduler ownership: each `schedulers` row has an owner, a term and an expiry. A claim sets the
-  owner and increments the term; the owner renews its rows in one statement per round.
+- Ownership: each `schedulers` row has an owner, a term and an expiry (on the database's clock,
+  storage/clock.py). A claim sets the owner and increments the term; the owner renews its rows in
+  one statement per round.
 - Fencing: every transaction a scheduler writes in starts by locking its row FOR SHARE where
   (owner, term) are still its own. A new owner's claim (an UPDATE) waits for that lock, and every
   later write of the old owner finds a different term and is refused: no write from a superseded
@@ -16,43 +11,23 @@ One mechanism for both. A lease is a row with a holder, a term and an expiry on 
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import (
-    BigInteger,
-    ColumnElement,
-    DateTime,
-    String,
-    and_,
-    delete,
-    exists,
-    func,
-    literal,
-    or_,
-    select,
-    text,
-    tuple_,
-    update,
-)
+from sqlalchemy import BigInteger, ColumnElement, String, and_, func, literal, or_, select, text, tuple_, update
+from sqlalchemy import event as orm_events
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import ORMExecuteState, Session
 
 from baton.core.errors import FencedError
-from baton.core.model import utcnow
-from baton.storage.engine import insert_for, libpq_conninfo, on_postgresql
-from baton.storage.tables import LeaderRecord, Organisation, Scheduler, UTCDateTime, WorkerRecord
+from baton.storage.clock import db_after, db_now
+from baton.storage.engine import on_postgresql
+from baton.storage.leadership import term_is_current
+from baton.storage.tables import Organisation, Scheduler
 
-if TYPE_CHECKING:
-    import psycopg
-
-DIRECTOR_ROLE = "director"
 CLAIM_SETTING = "baton.claim"
 REVOKE_LOCK_TIMEOUT_MS = 1000
 
@@ -64,121 +39,6 @@ class Claim:
     scheduler_id: str
     owner: str
     term: int
-
-
-@dataclass(frozen=True)
-class Leadership:
-    role: str
-    holder: str
-    term: int
-    expires_at: datetime | None
-
-
-# -- the database's clock -------------------------------------------------------------------------
-
-
-def db_now(session: Session) -> ColumnElement[datetime]:
-    if on_postgresql(session):
-        return func.clock_timestamp(type_=DateTime(timezone=True))
-    return literal(utcnow(), UTCDateTime())
-
-
-def db_after(session: Session, seconds: float) -> ColumnElement[datetime]:
-    if on_postgresql(session):
-        return func.clock_timestamp(type_=DateTime(timezone=True)) + timedelta(seconds=seconds)
-    return literal(utcnow() + timedelta(seconds=seconds), UTCDateTime())
-
-
-# -- leadership -----------------------------------------------------------------------------------
-
-
-def try_acquire_leadership(
-    session: Session, role: str, holder: str, lease_seconds: float, holds_lock: bool = False
-) -> int | None:
-    """Take the role if nobody holds it or its lease expired, or (`holds_lock`: the caller just got
-    the liveness lock) if the holder had that lock, i.e. its connection died; the new term, or None."""
-    now, until = db_now(session), db_after(session, lease_seconds)
-    inserted = session.execute(
-        insert_for(session)(LeaderRecord)
-        .values(
-            role=role, holder=holder, term=1, acquired_at=now, renewed_at=now, expires_at=until, holds_lock=holds_lock
-        )
-        .on_conflict_do_nothing(index_elements=[LeaderRecord.role])
-        .returning(LeaderRecord.term)
-    ).scalar()
-    if inserted is not None:
-        return int(inserted)
-    free = or_(LeaderRecord.expires_at.is_(None), LeaderRecord.expires_at < now)
-    taken = session.execute(
-        update(LeaderRecord)
-        .where(LeaderRecord.role == role, and_(literal(holds_lock), LeaderRecord.holds_lock) | free)
-        .values(
-            holder=holder,
-            term=LeaderRecord.term + 1,
-            acquired_at=now,
-            renewed_at=now,
-            expires_at=until,
-            holds_lock=holds_lock,
-        )
-        .returning(LeaderRecord.term)
-    ).scalar()
-    return None if taken is None else int(taken)
-
-
-def renew_leadership(
-    session: Session, role: str, holder: str, term: int, lease_seconds: float, holds_lock: bool = False
-) -> bool:
-    """Extend our own term. Nobody else can have taken it while (holder, term) still match, even if
-    it lapsed: a takeover increments the term."""
-    renewed = session.execute(
-        update(LeaderRecord)
-        .where(LeaderRecord.role == role, LeaderRecord.holder == holder, LeaderRecord.term == term)
-        .values(renewed_at=db_now(session), expires_at=db_after(session, lease_seconds), holds_lock=holds_lock)
-        .returning(LeaderRecord.term)
-    ).scalar()
-    return renewed is not None
-
-
-def release_leadership(session: Session, role: str, holder: str, term: int) -> None:
-    """Step down: the lease ends now, so a standby takes over on its next try."""
-    session.execute(
-        update(LeaderRecord)
-        .where(LeaderRecord.role == role, LeaderRecord.holder == holder, LeaderRecord.term == term)
-        .values(expires_at=db_now(session))
-    )
-
-
-def report_leadership(session: Session, role: str, holder: str, term: int, expires_at: datetime | None) -> None:
-    """Record a leadership decided elsewhere (a Kubernetes Lease): for the API, metrics and status."""
-    now = utcnow()
-    row = session.get(LeaderRecord, role)
-    if row is None:
-        session.add(
-            LeaderRecord(role=role, holder=holder, term=term, acquired_at=now, renewed_at=now, expires_at=expires_at)
-        )
-        return
-    if row.holder != holder or row.term != term:
-        row.acquired_at = now
-    row.holder, row.term, row.renewed_at, row.expires_at = holder, term, now, expires_at
-
-
-def leadership(session: Session, role: str = DIRECTOR_ROLE) -> Leadership | None:
-    row = session.get(LeaderRecord, role)
-    if row is None:
-        return None
-    return Leadership(row.role, row.holder, row.term, row.expires_at)
-
-
-def _term_is_current(session: Session, term: int, role: str = DIRECTOR_ROLE) -> ColumnElement[bool]:
-    """Leadership `term` of `role` holds and has not expired (checked in the statement that acts)."""
-    return exists().where(
-        LeaderRecord.role == role,
-        LeaderRecord.term == term,
-        LeaderRecord.expires_at > db_now(session),
-    )
-
-
-# -- scheduler ownership --------------------------------------------------------------------------
 
 
 def _claimable(session: Session) -> ColumnElement[bool]:
@@ -236,7 +96,7 @@ def claim_schedulers(
         return []
     conditions = [Scheduler.id.in_(ids), _claimable(session)]
     if leader_term is not None:
-        conditions.append(_term_is_current(session, leader_term))
+        conditions.append(term_is_current(session, leader_term))
     return _claim_where(session, _unlocked(session, and_(*conditions)), owner, lease_seconds, runner)
 
 
@@ -374,7 +234,7 @@ def revoke_claims(session: Session, leader_term: int) -> int:
     to REVOKE_LOCK_TIMEOUT for such locks. A frozen process's lock is not worth waiting for: then the
     rows free now are revoked and the rest is left to their leases (and the idle-transaction timeout).
     """
-    condition = and_(Scheduler.owner.is_not(None), _term_is_current(session, leader_term))
+    condition = and_(Scheduler.owner.is_not(None), term_is_current(session, leader_term))
     revoke = (
         update(Scheduler)
         .values(owner=None, term=Scheduler.term + 1, lease_expires_at=None)
@@ -415,6 +275,37 @@ def fence(session: Session, claim: Claim) -> None:
         )
 
 
+@contextmanager
+def fenced_before_first_write(session: Session, claim: Claim) -> Iterator[None]:
+    """Run the fencing check just before the session's first write: an INSERT/UPDATE/DELETE it
+    executes, or a flush of changed objects. Its FOR SHARE lock then lasts until the commit."""
+    checked = False
+
+    def check() -> None:
+        nonlocal checked
+        if not checked:
+            checked = True
+            with session.no_autoflush:
+                fence(session, claim)
+
+    def on_execute(state: ORMExecuteState) -> None:
+        if state.is_insert or state.is_update or state.is_delete:
+            check()
+
+    def on_flush(flushing: Session, _context: object, _instances: object) -> None:
+        if flushing.new or flushing.dirty or flushing.deleted:
+            check()
+
+    orm_events.listen(session, "do_orm_execute", on_execute)
+    orm_events.listen(session, "before_flush", on_flush)
+    try:
+        yield
+        session.flush()  # pending changes are written (and so fenced) inside the transaction
+    finally:
+        orm_events.remove(session, "do_orm_execute", on_execute)
+        orm_events.remove(session, "before_flush", on_flush)
+
+
 def mark_failed_unless_claimed(session: Session, scheduler_id: str, owner_prefix: str) -> None:
     """A scheduler died in the process whose owner ids start with `owner_prefix`: show it failed and
     free its row, unless someone else holds it (then it is not ours to mark)."""
@@ -427,118 +318,3 @@ def mark_failed_unless_claimed(session: Session, scheduler_id: str, owner_prefix
         .values(state="failed", owner=None, lease_expires_at=None)
         .execution_options(synchronize_session=False)
     )
-
-
-# -- workers ----------------------------------------------------------------------------------------
-
-
-def heartbeat_worker(session: Session, worker_id: str, lease_seconds: float) -> None:
-    now, until = db_now(session), db_after(session, lease_seconds)
-    updated = session.execute(
-        update(WorkerRecord)
-        .where(WorkerRecord.id == worker_id)
-        .values(heartbeat_at=now, expires_at=until)
-        .returning(WorkerRecord.id)
-    ).scalar()
-    if updated is None:
-        session.execute(
-            insert_for(session)(WorkerRecord).values(id=worker_id, started_at=now, heartbeat_at=now, expires_at=until)
-        )
-
-
-def live_workers(session: Session) -> list[str]:
-    """Workers whose row runs and none of whose scheduler leases has ended. A running worker renews
-    its leases every retry period, long before they end (the renew deadline comes first), so one that
-    let a lease end has died or is frozen: its peers count it out then and take over its share, not
-    up to a round later when its own row ends."""
-    now = db_now(session)
-    lapsed = exists().where(Scheduler.owner == WorkerRecord.id, Scheduler.lease_expires_at <= now)
-    return list(
-        session.scalars(select(WorkerRecord.id).where(WorkerRecord.expires_at > now, ~lapsed).order_by(WorkerRecord.id))
-    )
-
-
-def remove_worker(session: Session, worker_id: str) -> None:
-    session.execute(delete(WorkerRecord).where(WorkerRecord.id == worker_id))
-
-
-def seconds_until_a_peer_lease_ends(session: Session, owner: str) -> float | None:
-    """How soon the next lease of someone else runs out, a scheduler's or a worker's own, on the
-    database's clock; None when no one else holds one that is still running. A worker's share grows
-    when a peer's row ends, and it may claim a scheduler once the scheduler's lease has ended."""
-    now = db_now(session)
-    scheduler_end = select(func.min(Scheduler.lease_expires_at)).where(
-        Scheduler.owner.is_not(None), Scheduler.owner != owner, Scheduler.lease_expires_at > now
-    )
-    worker_end = select(func.min(WorkerRecord.expires_at)).where(
-        WorkerRecord.id != owner, WorkerRecord.expires_at > now
-    )
-    first_scheduler, first_worker, now_then = session.execute(
-        select(scheduler_end.scalar_subquery(), worker_end.scalar_subquery(), now)
-    ).one()
-    ends = [end for end in (first_scheduler, first_worker) if end is not None]
-    return (min(ends) - now_then).total_seconds() if ends else None
-
-
-def count_schedulers(session: Session) -> int:
-    return int(
-        session.scalar(
-            select(func.count()).select_from(Scheduler).join(Organisation, Organisation.id == Scheduler.organisation)
-        )
-        or 0
-    )
-
-
-# -- wake-ups between workers ------------------------------------------------------------------------
-
-WORKERS_CHANNEL = "baton_workers"
-
-
-def announce_pool_change(session: Session) -> None:
-    """Tell every worker, at commit, that the pool changed (a worker joined or left, schedulers were
-    given up): they run their next round now instead of at its time. PostgreSQL only."""
-    if on_postgresql(session):
-        session.execute(select(func.pg_notify(WORKERS_CHANNEL, "")))
-
-
-class PoolChanges:
-    """Waits for `announce_pool_change` from any worker (LISTEN on its own connection), or for a
-    timeout. On SQLite, and while that connection cannot be made, it is a plain wait."""
-
-    def __init__(self, url: str, stop: threading.Event) -> None:
-        self._dsn = libpq_conninfo(url)
-        self._postgresql = make_url(url).get_backend_name() == "postgresql"
-        self._stop = stop
-        self._conn: psycopg.Connection[Any] | None = None
-
-    def wait(self, seconds: float) -> None:
-        conn = self._listening()
-        if conn is None:
-            self._stop.wait(seconds)
-            return
-        import psycopg
-
-        try:
-            for _ in conn.notifies(timeout=seconds, stop_after=1):
-                pass
-        except psycopg.Error:
-            self.close()  # listen again next time; this round waited less, which is harmless
-
-    def _listening(self) -> psycopg.Connection[Any] | None:
-        if not self._postgresql:
-            return None
-        import psycopg  # only where PostgreSQL is used
-
-        if self._conn is None:
-            try:
-                self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=5)
-                self._conn.execute(f"LISTEN {WORKERS_CHANNEL}")
-            except psycopg.Error:
-                self.close()
-        return self._conn
-
-    def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):  # closing a broken connection
-                conn.close()

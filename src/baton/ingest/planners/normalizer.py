@@ -1,0 +1,70 @@
+"""The normalizer planner: raw-file events become normalizer jobs."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from baton.core.errors import UnprocessableError
+from baton.core.jobs import Normalizer, NormalizerJob, job_document, job_hash
+from baton.core.model import SchedulerType, utcnow
+from baton.ingest.catalogue import BatchCatalogue, PluginCatalogue
+from baton.ingest.event_driven import EventDrivenScheduler
+from baton.ingest.events import EVENT_KIND, AnyEvent, KatRawDataReceived, RawFileReceived, raw_data_of
+from baton.storage import queues
+from baton.storage.engine import Session
+from baton.storage.queues import PushRequest
+from baton.storage.raw_files import handled_raw_files
+
+
+class NormalizerScheduler(EventDrivenScheduler):
+    """Raw-file events become normalizer jobs, one per enabled normalizer that reads one of the file's
+    mime types; the job carries the whole raw file with the boefje job that produced it."""
+
+    type = SchedulerType.NORMALIZER
+
+    def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
+        catalogue = BatchCatalogue(self.context.catalogue)
+        planned = [job for event in events for job in self._plan(session, event, catalogue)]
+        requests = self._not_handled_yet(session, planned)
+        return [result.task for result in queues.push_many(session, requests, utcnow())]
+
+    def _plan(self, session: Session, event: AnyEvent, catalogue: PluginCatalogue) -> list[PlannedJob]:
+        if not isinstance(event, RawFileReceived | KatRawDataReceived):
+            raise UnprocessableError(f"normalizer scheduler cannot handle '{EVENT_KIND[type(event)]}' events")
+        self.check_organisation(event)
+        raw = raw_data_of(event, self.spec.organisation, self.context.clock())
+        mime_types = [mime["value"] for mime in raw.mime_types if mime.get("value")]
+        if any(mime.startswith("error/") for mime in mime_types):
+            return []  # the boefje failed: nothing to normalise (as OpenKAT does)
+        planned: list[PlannedJob] = []
+        for plugin in catalogue.normalizers_for(session, self.spec.organisation, mime_types):
+            task_id = uuid.uuid4()
+            job = NormalizerJob(
+                id=task_id,
+                normalizer=Normalizer(id=plugin.id, name=plugin.name, version=plugin.version),
+                raw_data=raw,
+            )
+            digest = job_hash(job)
+            request = PushRequest(queue=self.id, priority=1, data=job_document(job), hash=digest, task_id=task_id)
+            planned.append(PlannedJob(request, str(raw.id)))
+        return planned
+
+    def _not_handled_yet(self, session: Session, planned: Sequence[PlannedJob]) -> list[PushRequest]:
+        """Leave out a job whose task exists (a redelivered event), or that an earlier event of the
+        batch asked for already (its task exists by the time this one's turn comes)."""
+        done = handled_raw_files(session, self.id, {job.request.hash for job in planned if job.request.hash})
+        requests: list[PushRequest] = []
+        for job in planned:
+            key = (job.request.hash, job.raw_id)
+            if key not in done:
+                done.add(key)
+                requests.append(job.request)
+        return requests
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    request: PushRequest
+    raw_id: str

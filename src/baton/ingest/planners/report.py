@@ -1,0 +1,17 @@
+"""The report planner: due report schedules become OpenKAT report jobs."""
+
+from __future__ import annotations
+
+from baton.core.model import SchedulerType
+from baton.ingest.planners.scheduled import fire_due_schedules
+from baton.ingest.scheduler import Scheduler
+
+
+class ReportScheduler(Scheduler):
+    """Due report schedules become OpenKAT report jobs."""
+
+    type = SchedulerType.REPORT
+
+    def tick(self) -> int:
+        with self.transaction() as session:
+            return fire_due_schedules(self, session, self.context.clock())

@@ -1,0 +1,50 @@
+"""Due schedules become tasks: the boefje and report schedulers fire theirs every tick."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from baton.core.cron import next_cron_run
+from baton.core.jobs import JOB_MODELS, Job, ReportJob, carries_its_task_id, job_document, job_hash
+from baton.core.model import SchedulerType, utcnow
+from baton.ingest.scheduler import Scheduler
+from baton.storage import queues
+from baton.storage.engine import Session
+from baton.storage.queues import PushRequest
+from baton.storage.schedules import claim_due
+from baton.storage.tables import Schedule as ScheduleRow
+
+
+def fire_due_schedules(scheduler: Scheduler, session: Session, now: datetime) -> int:
+    """Turn the scheduler's due schedules into tasks. A cron schedule's next deadline is counted from
+    `now`, not from the missed slot: however many runs were missed, one task catches up."""
+    due = claim_due(session, scheduler.type.value, scheduler.spec.organisation, now, scheduler.batch_size)
+    for schedule in due:
+        task_id = uuid.uuid4()
+        job = scheduled_job(scheduler.type, schedule, task_id)
+        request = PushRequest(
+            queue=scheduler.id,
+            priority=1,
+            data=job_document(job),
+            hash=job_hash(job),
+            schedule_id=str(schedule.id),
+            task_id=task_id,
+        )
+        queues.push(session, request, utcnow())
+        schedule.last_run_at = now
+        schedule.deadline_at = next_cron_run(schedule.schedule, now) if schedule.schedule else None
+    return len(due)
+
+
+def scheduled_job(kind: SchedulerType, schedule: ScheduleRow, task_id: uuid.UUID) -> Job:
+    data = dict(schedule.data)
+    if kind is SchedulerType.REPORT:
+        data.setdefault("report_recipe_id", str(schedule.id))
+        data["organisation_id"] = schedule.organisation
+        return ReportJob.model_validate(data)
+    model = JOB_MODELS[kind]
+    job = model.model_validate(data)
+    if carries_its_task_id(kind):
+        job.id = task_id  # type: ignore[attr-defined]
+    return job

@@ -1,0 +1,236 @@
+"""Schedulers: one per (organisation, type). They ingest events and rank work into their queue.
+
+The same classes run in a thread, in a child process or in a Kubernetes pod: a scheduler only needs
+a `SchedulerContext` (store, settings, where it runs, where its events come from).
+
+This module is what every scheduler shares: its lifecycle (claim, take, begin, step, end), the one
+way it writes (a fenced transaction), pauses and back-off. event_driven.py turns events into work;
+planners/ holds what each type of scheduler makes of them; registry.py builds one by its type.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import ClassVar
+
+from baton.core.errors import DatabaseUnavailableError, FencedError
+from baton.core.logging import get_logger
+from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcnow
+from baton.core.settings import Settings
+from baton.ingest.catalogue import DatabaseCatalogue, PluginCatalogue
+from baton.ingest.events import DatabaseInbox, EventSource
+from baton.ingest.ownership import Ownership
+from baton.storage.engine import Session, Store
+from baton.storage.scheduler_leases import Claim, fenced_before_first_write
+
+log = get_logger("baton.schedulers")
+
+
+def default_source(spec: SchedulerSpec) -> EventSource | None:
+    return None if spec.type is SchedulerType.REPORT else DatabaseInbox(spec.id)
+
+
+@dataclass
+class SchedulerContext:
+    store: Store
+    settings: Settings
+    runner: str
+    location: str
+    source_factory: Callable[[SchedulerSpec], EventSource | None] = default_source
+    catalogue: PluginCatalogue = field(default_factory=DatabaseCatalogue)
+    clock: Callable[[], datetime] = utcnow
+    ownership: Ownership | None = None  # shared by the schedulers of one process; made on first use
+
+    def leases(self) -> Ownership:
+        if self.ownership is None:
+            self.ownership = Ownership(
+                self.store, self.settings.leases, hung_after_seconds=self.settings.timing.heartbeat_timeout_seconds
+            )
+        return self.ownership
+
+
+class Scheduler(ABC):
+    """Lifecycle: `run()` claims the scheduler's row, loops until `stop()` (or until the claim is
+    lost) and gives the row up. Its state and heartbeat ride on the process's lease renewals."""
+
+    type: ClassVar[SchedulerType]
+    batch_size: ClassVar[int] = 100
+
+    def __init__(self, spec: SchedulerSpec, context: SchedulerContext, claim: Claim | None = None) -> None:
+        self.spec = spec
+        self.context = context
+        self.store = context.store
+        self.settings = context.settings
+        self.claim = claim
+        self._stop = threading.Event()
+        self._lost: str | None = None
+        self.enabled = True
+        self.state = SchedulerState.STOPPED
+        self._final = SchedulerState.STOPPED  # the state its row is given up with
+        self._pause = 0.0
+        self.log = log.bind(scheduler=spec.id, runner=context.runner)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    # -- ownership (Lessee) -------------------------------------------------------------------------
+
+    def lease_lost(self, reason: str) -> None:
+        """Someone else runs this scheduler now (or may soon): stop at once, write nothing more."""
+        if self._lost is None:
+            self._lost = reason
+            self.log.warning("scheduler lost its lease; stopping without writing", reason=reason)
+        self._stop.set()
+
+    def set_enabled(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """The one way a scheduler writes: one transaction in which its first write is preceded by
+        the fencing check of its claim (storage/scheduler_leases.py), so nothing commits once another term
+        holds the row. A round that only reads (an empty inbox) costs no check."""
+        if self._lost is not None:
+            raise FencedError(self._lost)
+        claim = self.try_claim()  # run() claims first; a tick driven directly claims here
+        if claim is None:
+            raise FencedError(f"scheduler '{self.id}' is held by another owner (or its organisation is gone)")
+        with self.store.session() as session, fenced_before_first_write(session, claim):
+            yield session
+
+    def _report(self, state: SchedulerState) -> None:
+        self.state = state
+        self.context.leases().report(self.id, state.value)
+
+    def try_claim(self) -> Claim | None:
+        """The scheduler's claim: the one it has, or one attempt at its row (None: held elsewhere)."""
+        if self.claim is None:
+            self.claim = self.context.leases().claim([self.id], runner=self.context.runner).get(self.id)
+        return self.claim
+
+    def _wait_for_claim(self) -> Claim | None:
+        """A previous instance that died without giving the row up holds it until its lease ends:
+        wait for that (or for a stop) rather than fail and be restarted in a loop."""
+        said = False
+        while not self._stop.is_set():
+            claim = self.try_claim()
+            if claim is not None:
+                return claim
+            if not said:
+                self.log.info("waiting for the scheduler's lease to be free (held elsewhere, or organisation gone)")
+                said = True
+            self._stop.wait(self.settings.leases.retry_period_seconds)
+        return None
+
+    def run(self) -> None:
+        """A scheduler with a thread (or a process) of its own: claim, loop until stopped, give up.
+        The thread runner's schedulers take turns on a few threads instead (control/tickpool.py),
+        through the same `try_claim`, `take`, `begin`, `step` and `end`."""
+        self.context.leases().start_in_background()
+        claim = self._wait_for_claim()
+        if claim is None:
+            return
+        self.take(claim)
+        try:
+            self.begin()
+            self._stop.wait(self.first_tick_delay())
+            while not self._stop.is_set():
+                self._stop.wait(self.step())
+        except Exception:
+            self.failed()
+            raise
+        finally:
+            self.end()
+
+    def take(self, claim: Claim) -> None:
+        """Renew `claim` from now on on this scheduler's behalf (a claimed row is never left unheld)."""
+        self.claim = claim
+        self.context.leases().hold(claim, self)
+
+    def begin(self) -> None:
+        if self.claim is not None:
+            self.log.info("scheduler starting", term=self.claim.term, owner=self.claim.owner)
+        self._report(SchedulerState.STARTING)
+        self.setup()
+        self._report(SchedulerState.RUNNING)
+
+    def step(self) -> float:
+        """One turn: tick (unless the queue is disabled); the seconds to pause before the next turn.
+        Raises what a tick raises, but for the fencing refusal (the scheduler stops) and an
+        unreachable database (it backs off)."""
+        self._report(SchedulerState.RUNNING)
+        idle = self.settings.timing.poll_interval_seconds
+        if not self.enabled:
+            return idle
+        try:
+            done = self.tick()
+        except FencedError as exc:
+            self.lease_lost(str(exc))
+            return 0.0
+        except DatabaseUnavailableError as exc:  # also: every pooled connection busy (many schedulers)
+            self.log.warning("database unavailable; backing off", error=exc.reason)
+            return self._back_off_seconds()
+        requested, self._pause = self._pause, 0.0
+        return max(requested, 0.0 if done else idle)
+
+    def pause(self, seconds: float) -> None:
+        """Ask for a pause after this tick (a tick never sleeps: it may share its thread)."""
+        self._pause = max(self._pause, seconds)
+
+    def _back_off_seconds(self) -> float:
+        return min(5.0, self.settings.timing.poll_interval_seconds * 5)
+
+    def failed(self) -> None:
+        """The loop raised: log it; the row is given up as failed."""
+        self.log.exception("scheduler failed")
+        self._final = SchedulerState.FAILED
+
+    def end(self) -> None:
+        try:
+            self.teardown()
+        finally:
+            if self.claim is not None:
+                self._give_up(self.claim, self._final)
+
+    def first_tick_delay(self) -> float:
+        """Schedulers often start by the thousand (a worker taking over a peer's share, a director's
+        first round): their first ticks are spread over one poll interval, so the ones started first
+        do not hold the interpreter and the pool while the rest are still being started."""
+        return random.uniform(0, self.settings.timing.poll_interval_seconds)
+
+    def _give_up(self, claim: Claim, state: SchedulerState) -> None:
+        self.state = state
+        if self._lost is not None:
+            self.context.leases().forget(self.id)
+            return
+        try:
+            self.context.leases().release(claim, state.value)
+        except Exception:  # the database may be the reason we are stopping; the lease then expires
+            self.log.warning("could not release the scheduler's lease", state=state.value)
+        self.log.info("scheduler stopped", state=state.value)
+
+    def setup(self) -> None:
+        """Hook run once before the loop (open connections, etc.)."""
+        return None
+
+    def teardown(self) -> None:
+        """Hook run once after the loop."""
+        return None
+
+    @abstractmethod
+    def tick(self) -> int:
+        """Do one round of work; return how much was done (0 lets the loop sleep)."""

@@ -1,0 +1,70 @@
+"""The boefje_runs table: when each (boefje, object) was last queued, so an object is not scanned by
+the same boefje again within the grace period."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select, tuple_
+from sqlalchemy.orm import Session
+
+from baton.storage.engine import insert_for
+from baton.storage.tables import BoefjeRun
+
+
+@dataclass(frozen=True)
+class RunClaim:
+    """The answer to claiming one (boefje, object) run: whether it is ours now, and its previous run."""
+
+    claimed: bool
+    previous_run: datetime | None
+
+
+def claim_boefje_runs(
+    session: Session, organisation: str, pairs: Sequence[tuple[str, str]], now: datetime, grace: timedelta
+) -> list[RunClaim]:
+    """Atomically record that each (boefje, object) is queued now, unless it was within the grace
+    period; one answer per pair, in order, as if claimed one after another (a pair that comes again
+    was queued `now` by its first claim). One upsert, so two schedulers handling the same event at
+    once cannot both claim a pair."""
+    if not pairs:
+        return []
+    distinct = list(dict.fromkeys(pairs))
+    key = tuple_(BoefjeRun.boefje_id, BoefjeRun.object_key)
+    previous: dict[tuple[str, str], datetime] = {
+        (boefje_id, object_key): queued_at
+        for boefje_id, object_key, queued_at in session.execute(
+            select(BoefjeRun.boefje_id, BoefjeRun.object_key, BoefjeRun.queued_at).where(
+                BoefjeRun.organisation == organisation, key.in_(distinct)
+            )
+        )
+    }
+    stmt = (
+        insert_for(session)(BoefjeRun)
+        .values(
+            [
+                {"organisation": organisation, "boefje_id": boefje_id, "object_key": object_key, "queued_at": now}
+                for boefje_id, object_key in distinct
+            ]
+        )
+        .on_conflict_do_update(
+            index_elements=[BoefjeRun.organisation, BoefjeRun.boefje_id, BoefjeRun.object_key],
+            set_={"queued_at": now},
+            where=BoefjeRun.queued_at <= now - grace,
+        )
+        .returning(BoefjeRun.boefje_id, BoefjeRun.object_key)
+    )
+    won = {(boefje_id, object_key) for boefje_id, object_key in session.execute(stmt)}
+    first: dict[tuple[str, str], RunClaim] = {}
+    claims: list[RunClaim] = []
+    for pair in pairs:
+        if pair not in first:
+            first[pair] = RunClaim(pair in won, previous.get(pair))
+            claims.append(first[pair])
+        elif first[pair].claimed:  # queued a moment ago by its first claim
+            claims.append(RunClaim(grace <= timedelta(0), now))
+        else:
+            claims.append(first[pair])
+    return claims

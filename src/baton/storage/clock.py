@@ -1,0 +1,28 @@
+"""The database's clock, on which every lease (leadership, scheduler ownership, workers) runs.
+
+A lease is a row with a holder, a term and an expiry on the database's clock (`clock_timestamp()`
+on PostgreSQL, so replicas' clocks never matter; SQLite is one machine).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import ColumnElement, DateTime, func, literal
+from sqlalchemy.orm import Session
+
+from baton.core.model import utcnow
+from baton.storage.engine import on_postgresql
+from baton.storage.tables import UTCDateTime
+
+
+def db_now(session: Session) -> ColumnElement[datetime]:
+    if on_postgresql(session):
+        return func.clock_timestamp(type_=DateTime(timezone=True))
+    return literal(utcnow(), UTCDateTime())
+
+
+def db_after(session: Session, seconds: float) -> ColumnElement[datetime]:
+    if on_postgresql(session):
+        return func.clock_timestamp(type_=DateTime(timezone=True)) + timedelta(seconds=seconds)
+    return literal(utcnow() + timedelta(seconds=seconds), UTCDateTime())

@@ -1,0 +1,67 @@
+"""The `workers` rows of worker mode: who is in the pool, and when a peer's lease runs out next."""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, exists, func, select, update
+from sqlalchemy.orm import Session
+
+from baton.storage.clock import db_after, db_now
+from baton.storage.engine import insert_for
+from baton.storage.tables import Organisation, Scheduler, WorkerRecord
+
+
+def heartbeat_worker(session: Session, worker_id: str, lease_seconds: float) -> None:
+    now, until = db_now(session), db_after(session, lease_seconds)
+    updated = session.execute(
+        update(WorkerRecord)
+        .where(WorkerRecord.id == worker_id)
+        .values(heartbeat_at=now, expires_at=until)
+        .returning(WorkerRecord.id)
+    ).scalar()
+    if updated is None:
+        session.execute(
+            insert_for(session)(WorkerRecord).values(id=worker_id, started_at=now, heartbeat_at=now, expires_at=until)
+        )
+
+
+def live_workers(session: Session) -> list[str]:
+    """Workers whose row runs and none of whose scheduler leases has ended. A running worker renews
+    its leases every retry period, long before they end (the renew deadline comes first), so one that
+    let a lease end has died or is frozen: its peers count it out then and take over its share, not
+    up to a round later when its own row ends."""
+    now = db_now(session)
+    lapsed = exists().where(Scheduler.owner == WorkerRecord.id, Scheduler.lease_expires_at <= now)
+    return list(
+        session.scalars(select(WorkerRecord.id).where(WorkerRecord.expires_at > now, ~lapsed).order_by(WorkerRecord.id))
+    )
+
+
+def remove_worker(session: Session, worker_id: str) -> None:
+    session.execute(delete(WorkerRecord).where(WorkerRecord.id == worker_id))
+
+
+def seconds_until_a_peer_lease_ends(session: Session, owner: str) -> float | None:
+    """How soon the next lease of someone else runs out, a scheduler's or a worker's own, on the
+    database's clock; None when no one else holds one that is still running. A worker's share grows
+    when a peer's row ends, and it may claim a scheduler once the scheduler's lease has ended."""
+    now = db_now(session)
+    scheduler_end = select(func.min(Scheduler.lease_expires_at)).where(
+        Scheduler.owner.is_not(None), Scheduler.owner != owner, Scheduler.lease_expires_at > now
+    )
+    worker_end = select(func.min(WorkerRecord.expires_at)).where(
+        WorkerRecord.id != owner, WorkerRecord.expires_at > now
+    )
+    first_scheduler, first_worker, now_then = session.execute(
+        select(scheduler_end.scalar_subquery(), worker_end.scalar_subquery(), now)
+    ).one()
+    ends = [end for end in (first_scheduler, first_worker) if end is not None]
+    return (min(ends) - now_then).total_seconds() if ends else None
+
+
+def count_schedulers(session: Session) -> int:
+    return int(
+        session.scalar(
+            select(func.count()).select_from(Scheduler).join(Organisation, Organisation.id == Scheduler.organisation)
+        )
+        or 0
+    )
