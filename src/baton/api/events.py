@@ -8,10 +8,8 @@ from pydantic import BaseModel
 from baton.api import routing, security
 from baton.api.deps import Responses, StoreDep
 from baton.api.schemas import ErrorOut
-from baton.core.errors import ContradictoryInputError
-from baton.ingest.events import EVENT_KIND, SchedulerEvent, enqueue_event, event_organisation, target_scheduler
-from baton.storage.organisations import get_organisation
-from baton.storage.scheduler_rows import get_scheduler
+from baton.ingest.events import EVENT_KIND, SchedulerEvent, consumer_of, event_organisation
+from baton.service.events import IncomingEvent, accept_event
 
 router = routing.router(tags=["events"])
 UNKNOWN_ORG: Responses = {404: {"model": ErrorOut, "description": "Unknown organisation"}}
@@ -36,12 +34,11 @@ def post_event(org_id: str, event: SchedulerEvent, store: StoreDep) -> EventAcce
     OpenKAT's own messages (Octopoes' ScanProfileMutation, Bytes' RawDataReceived) are accepted as
     they are; the organisation they name must be the one in the path.
     """
-    named = event_organisation(event)
-    if named is not None and named != org_id:
-        raise ContradictoryInputError(f"the event names organisation '{named}', the path '{org_id}'")
-    with store.session() as session:
-        get_organisation(session, org_id)
-        scheduler_id = target_scheduler(event, org_id)
-        get_scheduler(session, scheduler_id)
-        row = enqueue_event(session, scheduler_id, event)
-        return EventAccepted(id=row.seq, scheduler_id=scheduler_id, type=EVENT_KIND[type(event)])
+    incoming = IncomingEvent(
+        kind=EVENT_KIND[type(event)],
+        consumer=consumer_of(event),
+        named_organisation=event_organisation(event),
+        payload=event.model_dump(mode="json"),
+    )
+    accepted = accept_event(store, org_id, incoming)
+    return EventAccepted(id=accepted.id, scheduler_id=accepted.scheduler_id, type=accepted.type)

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 from fastapi import Query, Request, Response, status
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from baton.api import routing, security
 from baton.api.deps import QueuesDep, Responses
@@ -38,7 +38,7 @@ from baton.api.schemas import (
     filter_tree,
 )
 from baton.core.errors import ContradictoryInputError, DuplicateTaskError, NotFoundError
-from baton.core.jobs import JOB_MODELS, Job, OpenKatOrganisation, carries_its_task_id, job_document, job_hash
+from baton.core.jobs import OpenKatOrganisation, carries_its_task_id, job_document, job_hash, job_of
 from baton.core.model import SchedulerType, TaskStatus, scheduler_id_for
 from baton.service.queues import QueueService
 from baton.storage.queues import PushRequest, PushResult
@@ -106,17 +106,6 @@ def resolve_push_queue(path_id: str, body: CompatPushIn) -> tuple[str, Scheduler
     if organisation != body.organisation:
         raise ContradictoryInputError(f"organisation: '{body.organisation}' does not match the scheduler '{path_id}'")
     return path_id, SchedulerType(kind)
-
-
-def job_of(kind: SchedulerType, data: dict[str, Any]) -> Job:
-    try:
-        return JOB_MODELS[kind].model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"data.{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
-            for error in exc.errors(include_url=False)
-        )
-        raise ContradictoryInputError(f"malformed item: data is not a {kind.value} job ({problems})") from exc
 
 
 def duplicate_answer() -> JSONResponse:

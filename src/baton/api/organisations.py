@@ -7,7 +7,7 @@ from fastapi import Response, status
 from baton.api import routing, security
 from baton.api.deps import Responses, SettingsDep, StoreDep
 from baton.api.schemas import ErrorOut, OrganisationIn, OrganisationOut, OrganisationPatch
-from baton.storage import organisations as rows
+from baton.service import organisations
 
 router = routing.router(prefix="/organisations", tags=["organisations"])
 UNKNOWN: Responses = {404: {"model": ErrorOut, "description": "Unknown organisation"}}
@@ -20,37 +20,31 @@ UNKNOWN: Responses = {404: {"model": ErrorOut, "description": "Unknown organisat
     dependencies=[security.ADMIN],
 )
 def create(body: OrganisationIn, store: StoreDep, settings: SettingsDep) -> OrganisationOut:
-    with store.session() as session:
-        org = rows.create_organisation(
-            session, body.id, body.name, settings.queue_maxsize, weight=body.weight, max_in_flight=body.max_in_flight
-        )
-        return OrganisationOut.model_validate(org)
+    org = organisations.create_organisation(
+        store, body.id, body.name, maxsize=settings.queue_maxsize, weight=body.weight, max_in_flight=body.max_in_flight
+    )
+    return OrganisationOut.model_validate(org)
 
 
 @router.get("", dependencies=[security.READ])
 def list_all(store: StoreDep) -> list[OrganisationOut]:
-    with store.session() as session:
-        return [OrganisationOut.model_validate(org) for org in rows.list_organisations(session)]
+    return [OrganisationOut.model_validate(org) for org in organisations.list_organisations(store)]
 
 
 @router.get("/{org_id}", responses=UNKNOWN, dependencies=[security.READ])
 def get_one(org_id: str, store: StoreDep) -> OrganisationOut:
-    with store.session() as session:
-        return OrganisationOut.model_validate(rows.get_organisation(session, org_id))
+    return OrganisationOut.model_validate(organisations.get_organisation(store, org_id))
 
 
 @router.patch("/{org_id}", responses=UNKNOWN, dependencies=[security.ADMIN])
 def patch(org_id: str, body: OrganisationPatch, store: StoreDep) -> OrganisationOut:
     """Change the organisation's fair share: `weight`, or `max_in_flight` (null removes the cap)."""
-    with store.session() as session:
-        org = rows.set_fair_share(
-            session, org_id, body.weight, body.max_in_flight, cap_given="max_in_flight" in body.model_fields_set
-        )
-        return OrganisationOut.model_validate(org)
+    cap_given = "max_in_flight" in body.model_fields_set
+    org = organisations.set_fair_share(store, org_id, body.weight, body.max_in_flight, cap_given=cap_given)
+    return OrganisationOut.model_validate(org)
 
 
 @router.delete("/{org_id}", status_code=status.HTTP_204_NO_CONTENT, responses=UNKNOWN, dependencies=[security.ADMIN])
 def delete(org_id: str, store: StoreDep) -> Response:
-    with store.session() as session:
-        rows.delete_organisation(session, org_id)
+    organisations.delete_organisation(store, org_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -12,8 +12,7 @@ from baton.api.deps import Responses, StoreDep
 from baton.api.schemas import ErrorOut
 from baton.ingest.catalogue import PluginSpec
 from baton.ingest.events import ScanLevel
-from baton.storage import plugins as rows
-from baton.storage.organisations import get_organisation
+from baton.service import plugins
 
 router = routing.router(tags=["plugins"])
 UNKNOWN: Responses = {404: {"model": ErrorOut, "description": "Unknown plugin or organisation"}}
@@ -41,8 +40,7 @@ class EnabledPatch(BaseModel):
 
 @router.get("/plugins", dependencies=[security.READ])
 def list_plugins(store: StoreDep, type: Literal["boefje", "normalizer"] | None = None) -> list[PluginSpec]:
-    with store.session() as session:
-        return [PluginSpec.model_validate(plugin) for plugin in rows.list_plugins(session, type)]
+    return [PluginSpec.model_validate(plugin) for plugin in plugins.list_plugins(store, type)]
 
 
 @router.post(
@@ -52,37 +50,29 @@ def list_plugins(store: StoreDep, type: Literal["boefje", "normalizer"] | None =
     dependencies=[security.ADMIN],
 )
 def create_plugin(body: PluginSpec, store: StoreDep) -> PluginSpec:
-    with store.session() as session:
-        return PluginSpec.model_validate(rows.create_plugin(session, body.model_dump()))
+    return PluginSpec.model_validate(plugins.create_plugin(store, body.model_dump()))
 
 
 @router.get("/plugins/{plugin_id}", responses=UNKNOWN, dependencies=[security.READ])
 def read_plugin(plugin_id: str, store: StoreDep) -> PluginSpec:
-    with store.session() as session:
-        return PluginSpec.model_validate(rows.get_plugin(session, plugin_id))
+    return PluginSpec.model_validate(plugins.get_plugin(store, plugin_id))
 
 
 @router.patch("/plugins/{plugin_id}", responses=UNKNOWN, dependencies=[security.ADMIN])
 def patch_plugin(plugin_id: str, body: PluginPatch, store: StoreDep) -> PluginSpec:
-    changes = {key: value for key, value in body.model_dump(exclude_unset=True).items() if value is not None}
-    with store.session() as session:
-        return PluginSpec.model_validate(rows.update_plugin(session, plugin_id, changes))
+    return PluginSpec.model_validate(plugins.update_plugin(store, plugin_id, body.model_dump(exclude_unset=True)))
 
 
 @router.get("/organisations/{org_id}/plugins", responses=UNKNOWN, dependencies=[security.READ])
 def organisation_plugins(org_id: str, store: StoreDep) -> list[OrganisationPlugin]:
-    with store.session() as session:
-        get_organisation(session, org_id)
-        enabled = {p.id for kind in ("boefje", "normalizer") for p in rows.enabled_plugins(session, org_id, kind)}
-        return [
-            OrganisationPlugin(**PluginSpec.model_validate(plugin).model_dump(), enabled_here=plugin.id in enabled)
-            for plugin in rows.list_plugins(session)
-        ]
+    return [
+        OrganisationPlugin(**PluginSpec.model_validate(plugin).model_dump(), enabled_here=enabled)
+        for plugin, enabled in plugins.organisation_plugins(store, org_id)
+    ]
 
 
 @router.put("/organisations/{org_id}/plugins/{plugin_id}", responses=UNKNOWN, dependencies=[security.ADMIN])
 def set_organisation_plugin(org_id: str, plugin_id: str, body: EnabledPatch, store: StoreDep) -> EnabledPatch:
     """Enable or disable a plugin for one organisation (overrides the catalogue default)."""
-    with store.session() as session:
-        rows.set_enabled_for_organisation(session, org_id, plugin_id, body.enabled)
+    plugins.set_enabled_for_organisation(store, org_id, plugin_id, body.enabled)
     return body

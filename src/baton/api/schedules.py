@@ -1,14 +1,13 @@
 """Schedules in OpenKAT's shape, for its web UI: when to create a boefje or report task again.
 
-A schedule has a cron expression (`schedule`) or a one-off `deadline_at` (or both), and the job to
-queue as `data`; its hash is the job's (OpenKAT's formula) and unique. The boefje and report
-schedulers queue due schedules; cron schedules get their next deadline, one-off ones none.
+What a schedule is and the rules for creating, listing and changing one: service/schedules.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -18,23 +17,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from baton.api import routing, security
 from baton.api.deps import Responses, SettingsDep, StoreDep
-from baton.api.openkat import job_of
 from baton.api.pages import page
 from baton.api.responses import json_response
 from baton.api.schemas import MAX_LIST_LIMIT, MAX_OFFSET, ErrorOut, Moment, PopIn, dump_filters
 from baton.api.tasks import as_moment
-from baton.core.cron import is_valid_cron, next_cron_run
-from baton.core.errors import ConflictError, ContradictoryInputError
-from baton.core.filters import SCHEDULE_COLUMNS, parse_filters
-from baton.core.jobs import OpenKatOrganisation, job_hash
-from baton.core.model import SchedulerType, utcnow
-from baton.storage import schedules as rows
-from baton.storage.filters import SCHEDULES, compile_tree
-from baton.storage.organisations import adopt_organisation
-from baton.storage.tables import Schedule
+from baton.core.errors import ConflictError
+from baton.core.jobs import OpenKatOrganisation
+from baton.service import schedules
+from baton.service.schedules import Schedule, ScheduleQuery
 
 router = routing.router(prefix="/schedules", tags=["openkat-compatible"])
-SCHEDULER_TYPES = {kind.value for kind in SchedulerType}
 
 
 class ScheduleOut(BaseModel):
@@ -79,9 +71,8 @@ def document(row: Schedule) -> dict[str, Any]:
     return ScheduleOut.model_validate(row, from_attributes=True).model_dump(mode="json")
 
 
-def check_cron(expression: str | None) -> None:
-    if expression is not None and not is_valid_cron(expression):
-        raise ContradictoryInputError(f"Invalid cron expression: {expression}")
+def moment(value: Moment | None) -> datetime | None:
+    return as_moment(value) if value is not None else None
 
 
 def conflict(schedule_hash: str) -> JSONResponse:
@@ -108,44 +99,29 @@ def list_schedules(
     limit: Limit = 10,
     offset: Offset = 0,
 ) -> Response:
-    conditions: list[Any] = []
-    equal: list[tuple[Any, Any]] = [
-        (Schedule.scheduler_id, scheduler_id),
-        (Schedule.organisation, organisation),
-        (Schedule.hash, schedule_hash),
-        (Schedule.enabled, enabled),
-    ]
-    for column, value in equal:
-        if value is not None:
-            conditions.append(column == value)
-    ranges: list[tuple[Any, Moment | None, Moment | None, str]] = [
-        (Schedule.deadline_at, min_deadline_at, max_deadline_at, "deadline_at"),
-        (Schedule.created_at, min_created_at, max_created_at, "created_at"),
-    ]
-    for column, low, high, name in ranges:
-        if low is not None and high is not None and as_moment(low) > as_moment(high):
-            raise ContradictoryInputError(f"min_{name} must be less than max_{name}")
-        if low is not None:
-            conditions.append(column >= as_moment(low))
-        if high is not None:
-            conditions.append(column <= as_moment(high))
-    return schedules_page(request, store, conditions, limit, offset)
+    query = ScheduleQuery(
+        scheduler_id=scheduler_id,
+        organisation=organisation,
+        hash=schedule_hash,
+        enabled=enabled,
+        min_deadline_at=moment(min_deadline_at),
+        max_deadline_at=moment(max_deadline_at),
+        min_created_at=moment(min_created_at),
+        max_created_at=moment(max_created_at),
+    )
+    count, found = schedules.list_schedules(store, query, limit, offset)
+    return schedules_page(request, count, limit, offset, found)
 
 
-def schedules_page(request: Request, store: StoreDep, conditions: list[Any], limit: int, offset: int) -> Response:
-    with store.session() as session:
-        count, found = rows.list_schedules(session, conditions=conditions, limit=limit, offset=offset)
-        return json_response(page(request, count, limit, offset, [document(row) for row in found]))
+def schedules_page(request: Request, count: int, limit: int, offset: int, found: Sequence[Schedule]) -> Response:
+    return json_response(page(request, count, limit, offset, [document(row) for row in found]))
 
 
 @router.post("/search", response_model=ScheduleList, dependencies=[security.READ])
 def search_schedules(request: Request, store: StoreDep, body: PopIn, limit: Limit = 10, offset: Offset = 0) -> Response:
     """Schedules matching a filter body (`{"filters": ...}`, the filter language over schedule columns)."""
-    conditions: list[Any] = []
-    if body.filters is not None:
-        tree = parse_filters(dump_filters(body.filters), columns=SCHEDULE_COLUMNS)
-        conditions.append(compile_tree(tree, store.dialect, SCHEDULES))
-    return schedules_page(request, store, conditions, limit, offset)
+    count, found = schedules.search_schedules(store, dump_filters(body.filters), limit, offset)
+    return schedules_page(request, count, limit, offset, found)
 
 
 @router.post(
@@ -159,39 +135,14 @@ def search_schedules(request: Request, store: StoreDep, body: PopIn, limit: Limi
     dependencies=[security.ADMIN],
 )
 async def create_schedule(body: ScheduleCreate, store: StoreDep, settings: SettingsDep) -> Response:
-    if body.deadline_at is None and body.schedule is None:
-        raise ContradictoryInputError("Either deadline_at or schedule must be provided")
-    check_cron(body.schedule)
-    if body.scheduler_id not in SCHEDULER_TYPES:
-        raise ContradictoryInputError(f"Scheduler {body.scheduler_id} not found")
-    kind = SchedulerType(body.scheduler_id)
-    job = job_of(kind, body.data)
-    schedule_hash = job_hash(job)
-    deadline = as_moment(body.deadline_at) if body.deadline_at is not None else None
-    if deadline is None and body.schedule is not None:
-        deadline = next_cron_run(body.schedule, utcnow())
-
-    def work() -> dict[str, Any]:
-        with store.session() as session:
-            adopt_organisation(
-                session, body.organisation, auto=settings.auto_organisations, maxsize=settings.queue_maxsize
-            )
-            row = rows.create_schedule(
-                session,
-                scheduler_id=kind.value,
-                organisation=body.organisation,
-                data=body.data,
-                schedule=body.schedule,
-                deadline_at=deadline,
-                schedule_hash=schedule_hash,
-            )
-            return document(row)
-
+    new = schedules.new_schedule(
+        body.scheduler_id, body.organisation, body.data, body.schedule, moment(body.deadline_at)
+    )
     try:
-        created = await asyncio.to_thread(work)
+        created = await asyncio.to_thread(schedules.create_schedule, store, new, settings)
     except ConflictError:
-        return conflict(schedule_hash)
-    return json_response(created, status.HTTP_201_CREATED)
+        return conflict(new.hash)
+    return json_response(document(created), status.HTTP_201_CREATED)
 
 
 UNKNOWN: Responses = {404: {"model": ErrorOut, "description": "Unknown schedule"}}
@@ -199,8 +150,7 @@ UNKNOWN: Responses = {404: {"model": ErrorOut, "description": "Unknown schedule"
 
 @router.get("/{schedule_id}", response_model=ScheduleOut, responses=UNKNOWN, dependencies=[security.READ])
 def get_schedule(schedule_id: uuid.UUID, store: StoreDep) -> Response:
-    with store.session() as session:
-        return json_response(document(rows.get_schedule(session, schedule_id)))
+    return json_response(document(schedules.get_schedule(store, schedule_id)))
 
 
 @router.patch(
@@ -211,18 +161,13 @@ def get_schedule(schedule_id: uuid.UUID, store: StoreDep) -> Response:
 )
 def patch_schedule(schedule_id: uuid.UUID, body: SchedulePatch, store: StoreDep) -> Response:
     changes = body.model_dump(exclude_unset=True)
-    if not changes:
-        raise ContradictoryInputError("no data to patch")
-    check_cron(changes.get("schedule"))
     if changes.get("deadline_at") is not None:
         changes["deadline_at"] = as_moment(changes["deadline_at"])
-    with store.session() as session:
-        return json_response(document(rows.update_schedule(session, schedule_id, changes)))
+    return json_response(document(schedules.update_schedule(store, schedule_id, changes)))
 
 
 @router.delete("/{schedule_id}", status_code=status.HTTP_204_NO_CONTENT, dependencies=[security.ADMIN])
 def delete_schedule(schedule_id: uuid.UUID, store: StoreDep) -> Response:
     """204 whether or not the schedule existed (as OpenKAT answers)."""
-    with store.session() as session:
-        rows.delete_schedule(session, schedule_id)
+    schedules.delete_schedule(store, schedule_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import mmh3
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from baton.core.errors import ContradictoryInputError
 from baton.core.model import SchedulerType
 
 # An organisation as OpenKAT's clients and messages name it: OpenKAT's codes are lower-case Unicode
@@ -93,6 +94,18 @@ JOB_MODELS: dict[SchedulerType, type[Job]] = {
     SchedulerType.NORMALIZER: NormalizerJob,
     SchedulerType.REPORT: ReportJob,
 }
+
+
+def job_of(kind: SchedulerType, data: dict[str, Any]) -> Job:
+    """`data` read as a job of `kind` (OpenKAT's shape); refused naming each field that is not."""
+    try:
+        return JOB_MODELS[kind].model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"data.{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+            for error in exc.errors(include_url=False)
+        )
+        raise ContradictoryInputError(f"malformed item: data is not a {kind.value} job ({problems})") from exc
 
 
 def murmur_hex(text: str) -> str:

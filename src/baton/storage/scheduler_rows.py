@@ -20,6 +20,12 @@ def get_scheduler(session: Session, scheduler_id: str) -> Scheduler:
     return row
 
 
+def set_enabled(session: Session, scheduler_id: str, enabled: bool) -> Scheduler:
+    row = get_scheduler(session, scheduler_id)
+    row.enabled = enabled
+    return row
+
+
 def list_schedulers(session: Session, organisation: str | None = None) -> Sequence[Scheduler]:
     query = select(Scheduler).order_by(Scheduler.id)
     if organisation is not None:

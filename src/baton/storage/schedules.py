@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -12,11 +13,26 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from baton.core.errors import ConflictError, NotFoundError
+from baton.core.filters import FilterTree
 from baton.core.model import utcnow
+from baton.storage.filters import SCHEDULES, compile_tree
 from baton.storage.organisations import get_organisation
-
-__all__ = ["get_organisation"]
 from baton.storage.tables import Schedule
+
+
+@dataclass(frozen=True)
+class ScheduleQuery:
+    """Which schedules a listing shows: equal columns, inclusive time ranges, a filter-language tree."""
+
+    scheduler_id: str | None = None
+    organisation: str | None = None
+    hash: str | None = None
+    enabled: bool | None = None
+    min_deadline_at: datetime | None = None
+    max_deadline_at: datetime | None = None
+    min_created_at: datetime | None = None
+    max_created_at: datetime | None = None
+    matching: FilterTree | None = None
 
 
 def create_schedule(
@@ -61,10 +77,34 @@ def get_schedule(session: Session, schedule_id: uuid.UUID) -> Schedule:
     return row
 
 
+def _conditions(session: Session, query: ScheduleQuery) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    equal: list[tuple[Any, Any]] = [
+        (Schedule.scheduler_id, query.scheduler_id),
+        (Schedule.organisation, query.organisation),
+        (Schedule.hash, query.hash),
+        (Schedule.enabled, query.enabled),
+    ]
+    conditions.extend(column == value for column, value in equal if value is not None)
+    ranges: list[tuple[Any, datetime | None, datetime | None]] = [
+        (Schedule.deadline_at, query.min_deadline_at, query.max_deadline_at),
+        (Schedule.created_at, query.min_created_at, query.max_created_at),
+    ]
+    for column, low, high in ranges:
+        if low is not None:
+            conditions.append(column >= low)
+        if high is not None:
+            conditions.append(column <= high)
+    if query.matching is not None:
+        conditions.append(compile_tree(query.matching, session.get_bind().dialect.name, SCHEDULES))
+    return conditions
+
+
 def list_schedules(
-    session: Session, *, conditions: Sequence[ColumnElement[bool]] = (), limit: int = 100, offset: int = 0
+    session: Session, query: ScheduleQuery = ScheduleQuery(), *, limit: int = 100, offset: int = 0
 ) -> tuple[int, Sequence[Schedule]]:
     """A page of schedules, newest first, and how many match in all."""
+    conditions = _conditions(session, query)
     count = session.scalar(select(func.count()).select_from(Schedule).where(*conditions)) or 0
     rows = session.scalars(
         select(Schedule).where(*conditions).order_by(Schedule.created_at.desc()).limit(limit).offset(offset)
@@ -84,9 +124,12 @@ def update_schedule(session: Session, schedule_id: uuid.UUID, changes: Mapping[s
     return row
 
 
-def delete_schedule(session: Session, schedule_id: uuid.UUID) -> bool:
+def delete_schedule(
+    session: Session, schedule_id: uuid.UUID, *, organisation: str | None = None, scheduler_id: str | None = None
+) -> bool:
+    """Delete the schedule (when given: only of that organisation and scheduler); False if there is none such."""
     row = session.get(Schedule, schedule_id)
-    if row is None:
+    if row is None or organisation not in (None, row.organisation) or scheduler_id not in (None, row.scheduler_id):
         return False
     session.delete(row)
     return True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from baton.core.cron import next_cron_run
+from baton.core.cron import next_deadline
 from baton.core.jobs import JOB_MODELS, Job, ReportJob, carries_its_task_id, job_document, job_hash
 from baton.core.model import SchedulerType, utcnow
 from baton.ingest.scheduler import Scheduler
@@ -33,7 +33,7 @@ def fire_due_schedules(scheduler: Scheduler, session: Session, now: datetime) ->
         )
         queues.push(session, request, utcnow())
         schedule.last_run_at = now
-        schedule.deadline_at = next_cron_run(schedule.schedule, now) if schedule.schedule else None
+        schedule.deadline_at = next_deadline(schedule.schedule, now)
     return len(due)
 
 

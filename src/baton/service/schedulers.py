@@ -1,0 +1,50 @@
+"""Schedulers as `/schedulers` shows them: live state by the heartbeat rule, who holds each (owner,
+term, lease) and under which leadership; enabling and disabling one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from baton.core.heartbeat import live_state
+from baton.core.model import SchedulerState, utcnow
+from baton.storage import scheduler_rows as rows
+from baton.storage.engine import Session, Store
+from baton.storage.leadership import Leadership as Leadership
+from baton.storage.leadership import leadership
+from baton.storage.tables import Scheduler
+
+
+@dataclass(frozen=True)
+class SchedulerView:
+    """A scheduler row as shown, with its state by the heartbeat rule (a scheduler that claims to run
+    without a recent heartbeat is shown failed) and the directors' leadership."""
+
+    row: Scheduler
+    state: SchedulerState
+    leader: Leadership | None
+
+
+def scheduler_view(row: Scheduler, heartbeat_timeout: float, leader: Leadership | None) -> SchedulerView:
+    state = live_state(SchedulerState(row.state), row.heartbeat_at, utcnow(), heartbeat_timeout)
+    return SchedulerView(row, state, leader)
+
+
+def _view(session: Session, row: Scheduler, heartbeat_timeout: float) -> SchedulerView:
+    return scheduler_view(row, heartbeat_timeout, leadership(session))
+
+
+def list_schedulers(store: Store, heartbeat_timeout: float) -> list[SchedulerView]:
+    with store.session() as session:
+        leader = leadership(session)
+        return [scheduler_view(row, heartbeat_timeout, leader) for row in rows.list_schedulers(session)]
+
+
+def get_scheduler(store: Store, scheduler_id: str, heartbeat_timeout: float) -> SchedulerView:
+    with store.session() as session:
+        return _view(session, rows.get_scheduler(session, scheduler_id), heartbeat_timeout)
+
+
+def set_enabled(store: Store, scheduler_id: str, enabled: bool, heartbeat_timeout: float) -> SchedulerView:
+    """A disabled scheduler ingests nothing and its queue refuses pushes."""
+    with store.session() as session:
+        return _view(session, rows.set_enabled(session, scheduler_id, enabled), heartbeat_timeout)
