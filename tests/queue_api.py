@@ -13,9 +13,8 @@ from sqlalchemy.orm import Session
 
 from baton.core.errors import InvalidTransitionError, QueueFullError
 from baton.core.model import SchedulerType, TaskStatus, utcnow
+from baton.core.queueing import PopTarget, PushRequest
 from baton.storage import queues, tasks
-from baton.storage.queues import PushRequest
-from baton.storage.statements import PopTarget
 from baton.storage.tables import Task
 
 __all__ = [

@@ -15,13 +15,13 @@ from baton.control.leadership import LIVENESS_LOCK_KEY, DatabaseLeaseLeader
 from baton.control.runners import ThreadRunner
 from baton.core.errors import FencedError
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcnow
+from baton.core.queueing import PushRequest
 from baton.core.settings import LeaseSettings
 from baton.ingest.ownership import Ownership, owner_prefix
 from baton.ingest.schedulers import SchedulerContext, build_scheduler
 from baton.storage import leases, queues
 from baton.storage.engine import Store
 from baton.storage.inbox import enqueue_event
-from baton.storage.queues import PushRequest
 from baton.storage.tables import Scheduler as SchedulerRow
 from baton.testing.factories import add_organisation, fast_settings
 from baton.testing.waiting import wait_until

@@ -17,8 +17,8 @@ from baton.api.responses import json_response, task_document
 from baton.api.schemas import ErrorOut, PopIn, PushIn, QueueOut, TaskOut, filter_tree
 from baton.core.jobs import recognised_job
 from baton.core.model import SchedulerSpec
+from baton.core.queueing import PushRequest
 from baton.service.queues import QueueService
-from baton.storage.queues import PushRequest
 
 router = routing.router(prefix="/queues", tags=["queues"])
 UNKNOWN_QUEUE: Responses = {404: {"model": ErrorOut, "description": "Unknown queue"}}

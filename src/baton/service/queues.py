@@ -30,15 +30,14 @@ from sqlalchemy.orm import Session
 from baton.core.errors import BatonError, NotFoundError, PayloadTooLargeError
 from baton.core.filters import FilterTree
 from baton.core.model import SchedulerType, TaskStatus, utcnow
+from baton.core.queueing import PopTarget, PushRequest, PushResult
 from baton.core.settings import Settings
 from baton.service.metrics import Metrics
 from baton.storage import queues as queue_rows
 from baton.storage.engine import Store
 from baton.storage.executors import QueueExecutor
 from baton.storage.organisations import adopt_organisation
-from baton.storage.queues import PushRequest, PushResult
 from baton.storage.scheduler_rows import get_scheduler, list_schedulers
-from baton.storage.statements import PopTarget
 from baton.storage.tasks import RECORD_COLUMNS, find_task
 from baton.storage.wakeups import Wakeups, wakeups_for
 
