@@ -30,15 +30,9 @@ class Admission(enum.StrEnum):
     REPRIORITISE = "reprioritise"  # the queued twin takes the new priority; no task is added
 
 
-def queue_disabled(queue: str) -> QueueDisabledError:
-    return QueueDisabledError(f"queue '{queue}' is disabled")
-
-
-def queue_full(queue: str, maxsize: int) -> QueueFullError:
-    return QueueFullError(f"queue '{queue}' is full (maxsize {maxsize})")
-
-
 def twin_queued(queue: str, task_hash: str | None) -> DuplicateTaskError:
+    """The refusal of a task whose hash is queued in `queue` already (also raised where the unique
+    index, not the rule, finds the twin: a race the rule's read could not see)."""
     return DuplicateTaskError(f"a task with hash '{task_hash}' is already queued in '{queue}'")
 
 
@@ -60,11 +54,11 @@ def admit(
     task with that hash is queued there): CREATE or REPRIORITISE, or the error it is refused with
     (see the module's description)."""
     if not enabled:
-        raise queue_disabled(queue)
+        raise QueueDisabledError(f"queue '{queue}' is disabled")
     if twin:
         if on_duplicate == "reprioritise":
             return Admission.REPRIORITISE
         raise twin_queued(queue, task_hash)
     if is_full(maxsize, queued):
-        raise queue_full(queue, maxsize)
+        raise QueueFullError(f"queue '{queue}' is full (maxsize {maxsize})")
     return Admission.CREATE
