@@ -176,9 +176,9 @@ def _store_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
     API's thread executor runs it (SQLite's baseline: the same statement and work without HTTP; the
     API's SQLite executor builds the statement once, `queues.pop` per call)."""
     from baton.core.model import utcnow
+    from baton.core.queueing import PopTarget
     from baton.storage import queues
     from baton.storage.engine import Store
-    from baton.storage.statements import PopTarget
 
     store = _shared_store(request.target, Store)
     target = PopTarget(queue=request.params["queue"])

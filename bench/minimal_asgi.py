@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 
 from baton.core.model import utcnow
+from baton.core.queueing import PopTarget
 from baton.storage import queues
 from baton.storage.engine import Store
-from baton.storage.statements import PopTarget
 
 STORE = Store(os.environ["BATON_DATABASE_URL"])
 TARGET = PopTarget(queue=os.environ["BENCH_QUEUE"])

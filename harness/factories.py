@@ -6,12 +6,11 @@ import uuid
 from typing import Any
 
 from baton.core.model import TaskStatus, utcnow
+from baton.core.queueing import PopTarget, PushRequest, PushResult
 from baton.core.settings import LeaseSettings, Settings, TimingSettings
 from baton.storage import queues
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
-from baton.storage.queues import PushRequest, PushResult
-from baton.storage.statements import PopTarget
 
 
 def fast_settings(database_url: str, **overrides: Any) -> Settings:

@@ -13,9 +13,8 @@ from sqlalchemy.orm import Session
 
 from baton.core.errors import InvalidTransitionError, QueueFullError
 from baton.core.model import SchedulerType, TaskStatus, utcnow
-from baton.storage import queues, tasks
-from baton.storage.queues import PushRequest
-from baton.storage.statements import PopTarget
+from baton.core.queueing import PopTarget, PushRequest
+from baton.storage import queues, task_pages, tasks
 from baton.storage.tables import Task
 
 __all__ = [
@@ -89,7 +88,7 @@ def list_tasks(
         conditions.append(Task.organisation == organisation)
     if task_type is not None:
         conditions.append(Task.type == str(task_type))
-    return tasks.list_tasks(session, conditions=conditions, limit=limit, offset=offset)
+    return task_pages.list_tasks(session, conditions=conditions, limit=limit, offset=offset)
 
 
 def queue_size(session: Session, scheduler_id: str) -> int:

@@ -21,6 +21,8 @@ from typing import Any
 
 import psycopg
 
+from baton.core.fairness import FAIR_UNIT
+from baton.core.queueing import PopTarget
 from baton.storage import statements
 from baton.storage.engine import libpq_conninfo
 from bench.loadgen import Rate, Request, measure
@@ -127,7 +129,7 @@ def fill(
     values = f"gen_random_uuid(), 'boefje-' || o, o, 'boefje', {priority}, 'queued', {TASK_DATA_SQL}, 0, now(), now()"
     if fair:
         columns += ", fair_key"
-        values += f", n::bigint * {statements.FAIR_UNIT}"
+        values += f", n::bigint * {FAIR_UNIT}"
     conn.execute(
         f"INSERT INTO tasks ({columns}) SELECT {values}"
         " FROM unnest(%s::text[]) AS o, generate_series(1, %s) AS n ORDER BY n, o",
@@ -196,7 +198,7 @@ def serve(
 
 def pop_statement(by_type: bool = False, fair: bool = True) -> tuple[str, dict[str, Any]]:
     """Baton's own pop statement as the server sends it, with its compiled default parameters."""
-    target = statements.PopTarget(type="boefje", fair=fair) if by_type else statements.PopTarget(queue="q")
+    target = PopTarget(type="boefje", fair=fair) if by_type else PopTarget(queue="q")
     compiled = statements.pop(target, "postgresql").compile(dialect=statements.dialect_of("postgresql"))
     sql = statements.pop_sql("postgresql", by_type, fair)
     assert sql == str(compiled)

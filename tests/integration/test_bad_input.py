@@ -98,12 +98,12 @@ def test_oversized_numbers_are_refused_not_overflowed(acme: TestClient) -> None:
 
 
 def test_a_server_fault_is_a_json_500_with_the_request_id(acme: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    from baton.storage import tasks
+    from baton.storage import task_pages
 
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("a genuine bug")
 
-    monkeypatch.setattr(tasks, "list_tasks", broken)
+    monkeypatch.setattr(task_pages, "list_tasks", broken)
     with TestClient(acme.app, raise_server_exceptions=False) as plain:
         response = plain.get("/tasks", headers={"X-Request-ID": "req-123"})
     assert response.status_code == 500

@@ -9,10 +9,10 @@ import uuid
 from typing import Any
 
 from baton.core.model import utcnow
+from baton.core.queueing import PopTarget
 from baton.storage.engine import Store
 from baton.storage.executors import PostgresExecutor
 from baton.storage.organisations import create_organisation
-from baton.storage.statements import PopTarget
 from baton.storage.tables import Task
 from tests import queue_api as queue
 

@@ -13,10 +13,10 @@ from fastapi.testclient import TestClient
 from baton.api import create_app, fastpath
 from baton.api.fastpath import pop_limit
 from baton.core.errors import DatabaseUnavailableError
+from baton.core.queueing import PushRequest
 from baton.core.settings import Settings
 from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
-from baton.storage.queues import PushRequest
 from harness.factories import add_organisation, bearer, push
 
 ALL_KEYS = {

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from baton.core.errors import ConflictError, FencedError, NotFoundError, QueueDisabledError, QueueFullError
 from baton.core.model import SchedulerSpec, TaskStatus
+from baton.core.queueing import PopTarget, PushRequest
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
 from baton.ingest.event_driven import EventDrivenScheduler
@@ -22,12 +23,10 @@ from baton.ingest.events import InProcessSource
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.planners.normalizer import NormalizerScheduler
 from baton.ingest.scheduler import SchedulerContext
-from baton.storage import queues
+from baton.storage import batch_push, queues
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
 from baton.storage.plugins import seed_plugins
-from baton.storage.queues import PushRequest
-from baton.storage.statements import PopTarget
 from baton.storage.tables import QueueCounter, Scheduler, Task
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -159,7 +158,7 @@ def test_a_twin_queued_after_the_batch_looked_is_reprioritised_as_a_single_push_
     with store.session() as session:
         create_organisation(session, "acme", "Acme", maxsize=0)
     push(store, "boefje-acme", 5, "twin")
-    monkeypatch.setattr(queues.BatchPush, "_read_twins", lambda self: None)  # as if it came after the read
+    monkeypatch.setattr(batch_push.BatchPush, "_read_twins", lambda self: None)  # as if it came after the read
     with store.session() as session:
         results = queues.push_many(session, [request(1, "twin"), request(2, "new")], NOW)
     assert [(result.outcome, result.task["priority"]) for result in results] == [("updated", 1), ("created", 2)]

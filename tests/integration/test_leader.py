@@ -16,6 +16,7 @@ from baton.control.leadership import DatabaseLeaseLeader
 from baton.control.runners import ThreadRunner
 from baton.core.errors import FencedError
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcnow
+from baton.core.queueing import PushRequest
 from baton.core.settings import LeaseSettings
 from baton.ingest.ownership import Ownership, owner_prefix
 from baton.ingest.registry import build_scheduler
@@ -25,7 +26,6 @@ from baton.storage import workers as worker_rows
 from baton.storage.engine import Store
 from baton.storage.inbox import enqueue_event
 from baton.storage.leadership import LIVENESS_LOCK_KEY
-from baton.storage.queues import PushRequest
 from baton.storage.tables import Scheduler as SchedulerRow
 from harness.factories import add_organisation, fast_settings
 from harness.waiting import wait_until

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from baton.control.organisations import OrganisationWatcher, organisation_applier
 from baton.control.runners import ThreadRunner
 from baton.core.model import SchedulerSpec, SchedulerType, utcnow
+from baton.core.queueing import PopTarget
 from baton.core.settings import Settings
 from baton.ingest.catalogue import PluginSpec
 from baton.ingest.events import (
@@ -39,7 +40,6 @@ from baton.storage import queues
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
 from baton.storage.plugins import seed_plugins
-from baton.storage.statements import PopTarget
 from baton.storage.tables import Organisation, Plugin, Scheduler, Task
 from harness.servers import rabbitmqctl
 from harness.waiting import wait_until

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from baton.core.model import utcnow
+from baton.core.queueing import PopTarget
 from baton.storage import queues, statements
 from baton.storage.engine import Store
 from baton.storage.executors import SQLiteExecutor
-from baton.storage.statements import PopTarget
 from harness.factories import add_organisation, push
 
 TARGETS = [

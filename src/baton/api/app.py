@@ -18,18 +18,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from baton import __version__
 from baton.api import events, openkat, organisations, plugins, queues, reports, schedulers, schedules, security, tasks
-from baton.api.deps import MetricsDep, Responses, StoreDep
+from baton.api.deps import AppServicesDep, MetricsDep, Responses
 from baton.api.errors import install_error_handlers
 from baton.api.longpoll import document_wait_maximum
 from baton.api.middleware import RequestContextMiddleware
 from baton.api.schemas import IGNORES_UNKNOWN_QUERY_PARAMETERS, ErrorOut
-from baton.core.errors import DatabaseUnavailableError
 from baton.core.settings import Settings
-from baton.service.metrics import Metrics
-from baton.service.queues import QueueService
-from baton.service.tokens import TokenCache
-from baton.storage.engine import Store
-from baton.storage.executors import executor_for
+from baton.service.app_services import AppServices, Store
 from baton.ui.router import status_router
 
 
@@ -110,16 +105,13 @@ def monitoring_router() -> APIRouter:
     router = APIRouter(tags=["health"])
 
     @router.get("/ready", responses={503: {"description": "Not ready"}})
-    def ready(store: StoreDep) -> JSONResponse:
+    def ready(app_services: AppServicesDep) -> JSONResponse:
         """Readiness: the database answers and its schema is current. Needs no token (a probe has
         none; the answer tells only the database's kind)."""
-        try:
-            current = store.migrations_current()
-        except DatabaseUnavailableError:
-            return JSONResponse({"status": "unavailable", "message": "database unreachable"}, status_code=503)
-        if not current:
-            return JSONResponse({"status": "unavailable", "message": "migrations not applied"}, status_code=503)
-        return JSONResponse({"status": "ready", "database": store.dialect})
+        problem = app_services.unready()
+        if problem is not None:
+            return JSONResponse({"status": "unavailable", "message": problem}, status_code=503)
+        return JSONResponse({"status": "ready", "database": app_services.store.dialect})
 
     @router.get("/metrics", response_class=Response, dependencies=[security.READ])
     def metrics(metrics: MetricsDep) -> Response:
@@ -150,14 +142,13 @@ def create_app(
 ) -> FastAPI:
     """The API; `services` (e.g. the embedded director) start and stop with the server."""
     settings = settings or Settings()
-    store = store or Store(settings.database_url)
-    metrics = Metrics(store)
+    built = AppServices(settings, store)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The executor's pool and the wake-ups' listener belong to the server's event loop: made
         # here, closed here.
-        app.state.queues = QueueService(store, settings, executor_for(store, settings.group_pops), metrics)
+        app.state.queues = built.queue_service()
         app.state.queues.start()
         restore_signals = on_stop_signals(app.state.queues.stop_waiting)
         for service in services:
@@ -176,10 +167,11 @@ def create_app(
         version=__version__,
         description="Priority queues of scanning work per organisation; pop is safe across replicas.",
     )
+    app.state.app_services = built
     app.state.settings = settings
-    app.state.store = store
-    app.state.metrics = metrics
-    app.state.token_cache = TokenCache()
+    app.state.store = built.store
+    app.state.metrics = built.metrics
+    app.state.token_cache = built.tokens
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     document_wait_maximum(app, settings.pop_max_wait_seconds)

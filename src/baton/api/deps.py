@@ -11,9 +11,14 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from baton.core.settings import Settings
+from baton.service.app_services import AppServices, Store
 from baton.service.metrics import Metrics
 from baton.service.queues import QueueService
-from baton.storage.engine import Store
+
+
+async def get_services(request: Request) -> AppServices:
+    services: AppServices = request.app.state.app_services
+    return services
 
 
 async def get_store(request: Request) -> Store:
@@ -36,6 +41,7 @@ async def get_queues(request: Request) -> QueueService:
     return queues
 
 
+AppServicesDep = Annotated[AppServices, Depends(get_services)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[Store, Depends(get_store)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]

@@ -15,8 +15,8 @@ from fastapi.exceptions import RequestValidationError
 
 from baton.api.schemas import ErrorOut
 from baton.core.filters import FilterTree
+from baton.core.queueing import PopTarget
 from baton.service.queues import QueueService
-from baton.storage.statements import PopTarget
 
 WAIT_DESCRIPTION = (
     "Long-poll: when nothing is queued, wait up to this many seconds for a task and answer as soon as one "

@@ -40,9 +40,8 @@ from baton.api.schemas import (
 from baton.core.errors import ContradictoryInputError, DuplicateTaskError, NotFoundError
 from baton.core.jobs import OpenKatOrganisation, carries_its_task_id, job_document, job_hash, job_of
 from baton.core.model import SchedulerType, TaskStatus, scheduler_id_for
+from baton.core.queueing import PopTarget, PushRequest, PushResult
 from baton.service.queues import QueueService
-from baton.storage.queues import PushRequest, PushResult
-from baton.storage.statements import PopTarget
 
 router = routing.router(prefix="/schedulers", tags=["openkat-compatible"])
 ERRORS: Responses = {

@@ -11,30 +11,28 @@ from typing import Annotated, Any
 from fastapi import Body, Request, Response, status
 
 from baton.api import routing, security
-from baton.api.deps import QueuesDep, Responses, StoreDep
+from baton.api.deps import QueuesDep, Responses
 from baton.api.longpoll import TOO_MANY_WAITERS, Wait, pop_for
 from baton.api.responses import json_response, task_document
 from baton.api.schemas import ErrorOut, PopIn, PushIn, QueueOut, TaskOut, filter_tree
 from baton.core.jobs import recognised_job
 from baton.core.model import SchedulerSpec
+from baton.core.queueing import PushRequest
 from baton.service.queues import QueueService
-from baton.storage.queues import PushRequest
 
 router = routing.router(prefix="/queues", tags=["queues"])
 UNKNOWN_QUEUE: Responses = {404: {"model": ErrorOut, "description": "Unknown queue"}}
 
 
 @router.get("", dependencies=[security.READ])
-def list_queues(store: StoreDep, queues: QueuesDep) -> list[QueueOut]:
+def list_queues(queues: QueuesDep) -> list[QueueOut]:
     """Every queue with its size (queued) and tasks in flight, from counters kept by the database."""
-    with store.session() as session:
-        return [QueueOut.model_validate(view) for view in queues.list_queues(session)]
+    return [QueueOut.model_validate(view) for view in queues.list_queues()]
 
 
 @router.get("/{queue_id}", responses=UNKNOWN_QUEUE, dependencies=[security.READ])
-def get_queue(queue_id: str, store: StoreDep, queues: QueuesDep) -> QueueOut:
-    with store.session() as session:
-        return QueueOut.model_validate(queues.get_queue(session, queue_id))
+def get_queue(queue_id: str, queues: QueuesDep) -> QueueOut:
+    return QueueOut.model_validate(queues.get_queue(queue_id))
 
 
 @router.post(

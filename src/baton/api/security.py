@@ -14,16 +14,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from baton.core.settings import Settings
+from baton.service.app_services import AppServices
 from baton.service.tokens import Scope, TokenCache, grants
-from baton.storage.engine import Store
 
 bearer = HTTPBearer(auto_error=False, description="`baton token create --name NAME --scope ...`")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
-
-
-def lookup_token(store: Store, cache: TokenCache, token: str) -> tuple[str, list[str]] | None:
-    with store.session() as session:
-        return cache.lookup(session, token)
 
 
 async def authenticate(request: Request, credentials: HTTPAuthorizationCredentials | None) -> tuple[str, list[str]]:
@@ -37,7 +32,8 @@ async def authenticate(request: Request, credentials: HTTPAuthorizationCredentia
     cache: TokenCache = request.app.state.token_cache
     found = cache.cached(credentials.credentials)
     if found is None:  # a database look-up blocks: do it in the thread pool
-        found = await run_in_threadpool(lookup_token, request.app.state.store, cache, credentials.credentials)
+        services: AppServices = request.app.state.app_services
+        found = await run_in_threadpool(services.find_token, credentials.credentials)
     if found is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, "authorization: unknown token", headers={"WWW-Authenticate": "Bearer"}

@@ -5,12 +5,9 @@ a task along its lifecycle. Answers carry OpenKAT's `scheduler_id` (the task typ
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from datetime import datetime, time, timedelta
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request, Response
-from sqlalchemy import false
 
 from baton.api import routing, security
 from baton.api.deps import QueuesDep, Responses, StoreDep
@@ -28,77 +25,16 @@ from baton.api.schemas import (
     TaskPatch,
     filter_tree,
 )
-from baton.core.errors import ContradictoryInputError
-from baton.core.filters import Condition, Group
-from baton.core.model import SchedulerType, TaskStatus, utcnow
-from baton.storage import tasks as task_rows
-from baton.storage.engine import Store
-from baton.storage.filters import compile_tree
-from baton.storage.tables import Task
+from baton.core.filters import FilterTree
+from baton.core.model import SchedulerType
+from baton.core.task_queries import ListedStatus, TaskQuery
+from baton.core.task_queries import as_moment as as_moment  # api/schedules.py reads dates as the listing does
+from baton.service import tasks as task_service
+from baton.service.tasks import TaskListing
 
 router = routing.router(prefix="/tasks", tags=["tasks"])
 UNKNOWN_TASK: Responses = {404: {"model": ErrorOut, "description": "Unknown task"}}
-SCHEDULER_TYPES = {kind.value for kind in SchedulerType}
-STATS_ORDER = ("pending", *(status.value for status in TaskStatus))
-# The statuses a listing filters on: OpenKAT's seven, `pending` among them (its web UI offers it;
-# Baton never gives a task that status, so it matches nothing).
-ListedStatus = Literal["pending", "queued", "dispatched", "running", "completed", "failed", "cancelled"]
-assert set(get_args(ListedStatus)) == {"pending", *TaskStatus}
 LENIENT = {IGNORES_UNKNOWN_QUERY_PARAMETERS: True}
-
-
-def as_moment(value: Moment) -> datetime:
-    """A date means its midnight; a time without a zone is UTC (as OpenKAT reads them)."""
-    moment = value if isinstance(value, datetime) else datetime.combine(value, time.min)
-    return moment if moment.tzinfo else moment.replace(tzinfo=utcnow().tzinfo)
-
-
-@dataclass(frozen=True)
-class TaskQuery:
-    """The listing's filters, as OpenKAT's web UI and Baton's clients send them."""
-
-    scheduler_id: str | None = None
-    organisation: str | None = None
-    status: ListedStatus | None = None
-    task_type: SchedulerType | None = None
-    min_created_at: Moment | None = None
-    max_created_at: Moment | None = None
-    input_ooi: str | None = None
-    plugin_id: str | None = None
-
-    def conditions(self, dialect: str) -> list[Any]:
-        conditions: list[Any] = []
-        if self.scheduler_id is not None:  # OpenKAT's scheduler id is a type; Baton's is a queue id
-            column = Task.type if self.scheduler_id in SCHEDULER_TYPES else Task.scheduler_id
-            conditions.append(column == self.scheduler_id)
-        if self.organisation is not None:
-            conditions.append(Task.organisation == self.organisation)
-        if self.status == "pending":
-            conditions.append(false())
-        elif self.status is not None:
-            conditions.append(Task.status == self.status)
-        if self.task_type is not None:
-            conditions.append(Task.type == self.task_type.value)
-        earliest = as_moment(self.min_created_at) if self.min_created_at is not None else None
-        latest = as_moment(self.max_created_at) if self.max_created_at is not None else None
-        if earliest is not None and latest is not None and earliest > latest:
-            raise ContradictoryInputError("min_created_at must be less than max_created_at")
-        if earliest is not None:
-            conditions.append(Task.created_at >= earliest)
-        if latest is not None:
-            conditions.append(Task.created_at <= latest)
-        if self.input_ooi is not None:
-            conditions.append(compile_tree(Condition("data", ("input_ooi",), "eq", self.input_ooi), dialect))
-        if self.plugin_id is not None:
-            either = Group(
-                "or",
-                (
-                    Condition("data", ("boefje", "id"), "eq", self.plugin_id),
-                    Condition("data", ("normalizer", "id"), "eq", self.plugin_id),
-                ),
-            )
-            conditions.append(compile_tree(either, dialect))
-        return conditions
 
 
 Ignored = Annotated[str | None, Query(description="Sent by OpenKAT's web UI; ignored (as is any unknown parameter).")]
@@ -127,11 +63,11 @@ Limit = Annotated[int, Query(ge=0, le=MAX_LIST_LIMIT, description="0: only `coun
 Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 
 
-def list_page(request: Request, store: Store, conditions: list[Any], limit: int, offset: int) -> dict[str, Any]:
-    with store.session() as session:
-        count, rows = task_rows.list_tasks(session, conditions=conditions, limit=limit, offset=offset)
-        results = [openkat_task_document(task_rows.record(row)) for row in rows]
-    return page(request, count, limit, offset, results)
+def list_page(
+    request: Request, listing: TaskListing, limit: int, offset: int, tree: FilterTree | None = None
+) -> dict[str, Any]:
+    count, records = listing.page(limit, offset, tree)
+    return page(request, count, limit, offset, [openkat_task_document(record) for record in records])
 
 
 @router.get("", response_model=TaskList, dependencies=[security.READ], openapi_extra=LENIENT)
@@ -140,7 +76,7 @@ def list_tasks(
 ) -> Response:
     """Tasks, newest first, with OpenKAT's page shape and query parameters; unknown query parameters
     are ignored (OpenKAT's web UI passes its own page's along, e.g. `page`)."""
-    return json_response(list_page(request, store, query.conditions(store.dialect), limit, offset))
+    return json_response(list_page(request, TaskListing(store, query), limit, offset))
 
 
 @router.post("", response_model=TaskList, dependencies=[security.READ], openapi_extra=LENIENT)
@@ -154,11 +90,9 @@ def search_tasks(
 ) -> Response:
     """The listing with a filter body (`{"filters": ...}`, the pop filter language), as OpenKAT's web UI
     calls it."""
-    conditions = query.conditions(store.dialect)
+    listing = TaskListing(store, query)
     tree = filter_tree(body.filters) if body else None
-    if tree is not None:
-        conditions.append(compile_tree(tree, store.dialect))
-    return json_response(list_page(request, store, conditions, limit, offset))
+    return json_response(list_page(request, listing, limit, offset, tree))
 
 
 @router.get("/stats", dependencies=[security.READ])
@@ -169,26 +103,13 @@ def stats(
 ) -> Response:
     """Tasks per hour of their last change over the past 24 hours, per status (OpenKAT's shape: hours
     newest first, `pending` always 0 in Baton, `total` per hour)."""
-    conditions = TaskQuery(scheduler_id=scheduler_id, organisation=organisation_id).conditions(store.dialect)
-    since = utcnow() - timedelta(hours=24)
-    with store.session() as session:
-        counts = task_rows.hourly_counts(session, since, conditions)
-    hours: dict[datetime, dict[str, int]] = {}
-    for hour, status, number in counts:
-        bucket = hours.setdefault(hour, dict.fromkeys(STATS_ORDER, 0))
-        bucket[status] = bucket.get(status, 0) + number
-    document = {}
-    for hour in sorted(hours, reverse=True):
-        bucket = hours[hour]
-        bucket["total"] = sum(bucket.values())
-        document[hour.isoformat()] = bucket
-    return json_response(document)
+    query = TaskQuery(scheduler_id=scheduler_id, organisation=organisation_id)
+    return json_response(task_service.hourly_stats(store, query))
 
 
 @router.get("/{task_id}", response_model=TaskOut, responses=UNKNOWN_TASK, dependencies=[security.READ])
 def get_task(task_id: uuid.UUID, store: StoreDep) -> Response:
-    with store.session() as session:
-        return json_response(openkat_task_document(task_rows.record(task_rows.get_task(session, task_id))))
+    return json_response(openkat_task_document(task_service.get_task(store, task_id)))
 
 
 @router.patch(

@@ -1,2 +1,5 @@
-"""Services over storage that the HTTP API, the status page and the command line share: the queue
-service (push, pop, status changes), tokens, metrics. Depends on baton.storage and baton.core."""
+"""Services over storage that the HTTP API, the status page and the command line share; the API and
+the page reach the database only through them. `app_services` (what one app serves with), `queues`
+(push, pop, status changes, long-poll), `tasks` (listing, statistics, one task), `status` (the page's
+read models), `operator` (requeue, change priority), tokens, metrics. Depends on baton.storage and
+baton.core."""

@@ -12,13 +12,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
 
 from baton.core.model import SchedulerSpec, utcnow
 from baton.storage.engine import Store
 from baton.storage.leadership import leaders
 from baton.storage.queues import queue_counts
-from baton.storage.tables import Task
+from baton.storage.status_reads import recovered_total
 
 # Dwell time: from push to hand-out. Quiet organisations should stay at the low end even while a
 # noisy one has a backlog (fair pop).
@@ -51,9 +50,7 @@ class StoreCollector(Collector):
                 except ValueError:
                     continue
                 in_flight.add_metric([spec.organisation, spec.type.value], flying)
-            recovered.add_metric(
-                [], session.scalar(select(func.coalesce(func.sum(Task.attempts), 0)).where(Task.attempts > 0)) or 0
-            )
+            recovered.add_metric([], recovered_total(session))
             now = utcnow()
             for row in leaders(session):
                 leader.add_metric([row.role, row.holder], 1)

@@ -25,20 +25,18 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy.orm import Session
 
 from baton.core.errors import BatonError, NotFoundError, PayloadTooLargeError
 from baton.core.filters import FilterTree
 from baton.core.model import SchedulerType, TaskStatus, utcnow
+from baton.core.queueing import PopTarget, PushRequest, PushResult
 from baton.core.settings import Settings
 from baton.service.metrics import Metrics
 from baton.storage import queues as queue_rows
-from baton.storage.engine import Store
+from baton.storage.engine import Session, Store
 from baton.storage.executors import QueueExecutor
 from baton.storage.organisations import adopt_organisation
-from baton.storage.queues import PushRequest, PushResult
 from baton.storage.scheduler_rows import get_scheduler, list_schedulers
-from baton.storage.statements import PopTarget
 from baton.storage.tasks import RECORD_COLUMNS, find_task
 from baton.storage.wakeups import Wakeups, wakeups_for
 
@@ -55,6 +53,23 @@ class QueueView:
     in_flight: int
     maxsize: int
     enabled: bool
+
+
+def queue_views(session: Session) -> list[QueueView]:
+    """Every queue with its counts, from the trigger-kept counters (no scan of the tasks)."""
+    counts = queue_rows.queue_counts(session)
+    return [
+        QueueView(
+            id=row.id,
+            organisation=row.organisation,
+            type=row.type,
+            size=counts.get(row.id, (0, 0))[0],
+            in_flight=counts.get(row.id, (0, 0))[1],
+            maxsize=row.maxsize,
+            enabled=row.enabled,
+        )
+        for row in list_schedulers(session)
+    ]
 
 
 def check_data_size(data: object, limit: int) -> None:
@@ -312,25 +327,15 @@ class QueueService:
         return await asyncio.to_thread(work)
 
     # -- reading queues ----------------------------------------------------------------------------
-    def list_queues(self, session: Session) -> list[QueueView]:
-        counts = queue_rows.queue_counts(session)
-        return [
-            QueueView(
-                id=row.id,
-                organisation=row.organisation,
-                type=row.type,
-                size=counts.get(row.id, (0, 0))[0],
-                in_flight=counts.get(row.id, (0, 0))[1],
-                maxsize=row.maxsize,
-                enabled=row.enabled,
-            )
-            for row in list_schedulers(session)
-        ]
+    def list_queues(self) -> list[QueueView]:
+        with self.store.session() as session:
+            return queue_views(session)
 
-    def get_queue(self, session: Session, queue_id: str) -> QueueView:
-        row = get_scheduler(session, queue_id)
-        queued, in_flight = queue_rows.queue_counts(session, queue_id).get(queue_id, (0, 0))
-        return QueueView(row.id, row.organisation, row.type, queued, in_flight, row.maxsize, row.enabled)
+    def get_queue(self, queue_id: str) -> QueueView:
+        with self.store.session() as session:
+            row = get_scheduler(session, queue_id)
+            queued, in_flight = queue_rows.queue_counts(session, queue_id).get(queue_id, (0, 0))
+            return QueueView(row.id, row.organisation, row.type, queued, in_flight, row.maxsize, row.enabled)
 
     async def close(self) -> None:
         self.waiters.close()

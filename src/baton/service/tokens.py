@@ -13,9 +13,8 @@ import threading
 import time
 from collections.abc import Sequence
 
-from sqlalchemy.orm import Session
-
 from baton.storage import tokens as rows
+from baton.storage.engine import Session
 
 TOKEN_PREFIX = "baton_"
 CACHE_SECONDS = 30.0

@@ -32,16 +32,15 @@ from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
-from baton.core.errors import ConflictError
 from baton.core.filters import FilterTree
 from baton.core.model import TaskStatus
+from baton.core.queueing import PopTarget, PushRequest, PushResult
 from baton.storage import queues, statements
 from baton.storage.engine import Store, libpq_conninfo
 from baton.storage.errors import translated
 from baton.storage.filters import compile_tree
 from baton.storage.popbatch import PopBatcher
-from baton.storage.queues import PushRequest, PushResult
-from baton.storage.statements import PopTarget
+from baton.storage.push import id_conflict, push_params, push_result
 
 T = TypeVar("T")
 # How long a request waits for one of the pool's connections. Statements take milliseconds, so a
@@ -250,18 +249,18 @@ class PostgresExecutor:
         return await self.batcher.pop(target, limit, claim)
 
     async def push(self, request: PushRequest, now: datetime) -> PushResult:
-        params = request.params(now, data=orjson.dumps(request.data).decode())
+        params = push_params(request, now, data=orjson.dumps(request.data).decode())
         try:
             rows = await self._fetch(("push", request.on_duplicate), params)
         except psycopg.errors.UniqueViolation as exc:
-            raise ConflictError(f"task '{request.task_id}' already exists") from exc
-        return queues.push_result(rows[0] if rows else None, request)
+            raise id_conflict(request) from exc
+        return push_result(rows[0] if rows else None, request)
 
     async def change_status(self, task_id: uuid.UUID, requested: TaskStatus, now: datetime) -> dict[str, Any]:
         try:
             rows = await self._fetch(("change_status", requested.value), {"id_": task_id, "now_": now})
         except psycopg.errors.UniqueViolation as exc:
-            raise queues.twin_queued(task_id) from exc
+            raise queues.cannot_requeue(task_id) from exc
         if rows:
             return rows[0]
         return await self._fallback.change_status(task_id, requested, now)  # says why: 404 or 409

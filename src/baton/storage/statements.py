@@ -13,6 +13,8 @@ organisations (by type) takes ties by the fair-queuing tag `fair_key` when fairn
     step = UNIT / organisation weight; head = smallest queued tag at this type and priority;
     queued = the queue's queued tasks
 
+(`baton.core.fairness.fair_tag` is the same arithmetic in Python, for the batched push.)
+
 This is start-time fair queuing: tasks are served in order of their start tags; a backlogged
 organisation's tags run far ahead, while a task of a quiet organisation starts at the current head
 (it cannot bank credit while idle) and so is served within one round of the organisations that have
@@ -31,7 +33,6 @@ tags run on from the head one step per task, is not affected.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any, Literal
@@ -59,17 +60,17 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from baton.core.admission import OnDuplicate
+from baton.core.fairness import FAIR_UNIT
 from baton.core.lifecycle import may_precede
 from baton.core.model import TaskStatus
+from baton.core.queueing import PopTarget
 from baton.storage.tables import IS_QUEUED, QUEUED_WITH_HASH, Organisation, QueueCounter, Scheduler, Task
 
 # Statements are Core (table-level), not ORM: results are plain rows, no identity map to keep in step.
 # Bound parameters end in `_`: a parameter named like a column would also be SET by a Core UPDATE.
 TASKS: Table = Task.__table__  # type: ignore[assignment]
-# One unit of virtual time per task for an organisation of weight 1; weight w advances by UNIT / w.
-FAIR_UNIT = 1_000_000
 Dialect = Literal["postgresql", "sqlite"]
-OnDuplicate = Literal["reprioritise", "refuse"]
 
 
 def task_columns(raw_data: bool = False) -> list[Any]:
@@ -95,19 +96,6 @@ def task_columns(raw_data: bool = False) -> list[Any]:
 
 
 # -- pop ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PopTarget:
-    """One queue (`queue` = its id), or every queue of a type (`type`) in fair or strict order."""
-
-    queue: str | None = None
-    type: str | None = None
-    fair: bool = True
-
-    def __post_init__(self) -> None:
-        if (self.queue is None) == (self.type is None):
-            raise ValueError("a pop targets either one queue or one type")
 
 
 def _capped_queues() -> Select[Any]:
@@ -219,7 +207,8 @@ def _head_tag(task_type: Any) -> Any:
 
 
 def _new_tag(queue: Any, greatest: Any, least: Any) -> Any:
-    """max(min(queue clock + one step, head + queued steps), head): see the module's description."""
+    """max(min(queue clock + one step, head + queued steps), head): see the module's description.
+    The SQL twin of `baton.core.fairness.fair_tag` (which the batched push uses): change both."""
     # `op("/")`: integer division on both backends (SQLAlchemy's `/` would cast to NUMERIC).
     step = literal_column(str(FAIR_UNIT)).op("/")(queue.c.weight)
     head = func.coalesce(_head_tag(queue.c.type), 0)
@@ -270,6 +259,9 @@ def push_postgresql(on_duplicate: OnDuplicate = "reprioritise", raw_data: bool =
     one row (none: unknown queue) with the queue's `enabled`, `maxsize` and `queued`, and the task
     with `outcome` 'created' or 'updated' (a queued twin with this hash got the new priority) or
     'duplicate' (`refuse`: the twin is left alone), or no task (disabled or full).
+
+    The conditions are the admission rule's (`baton.core.admission`) in SQL: the push reads this
+    answer through `admit`, and an integration test checks that the two agree for every case.
     """
     queue = _queue_row().cte("queue")
     open_queue = select(queue.c.id).where(queue.c.enabled).exists()

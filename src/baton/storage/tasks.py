@@ -1,19 +1,17 @@
-"""Reading tasks (one, or a page of them) and recovering the ones whose runner went silent."""
+"""Reading one task, and recovering the ones whose runner went silent. Lists of tasks: `task_pages.py`."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from baton.core.errors import NotFoundError
 from baton.core.model import TaskStatus, utcnow
 from baton.storage import statements
-from baton.storage.engine import on_postgresql
 from baton.storage.tables import Task
 
 # A task as the statements return it (RETURNING columns), for answers built from ORM rows too.
@@ -49,21 +47,6 @@ def record(task: Task) -> dict[str, Any]:
     return {column: getattr(task, column) for column in RECORD_COLUMNS}
 
 
-def list_tasks(
-    session: Session,
-    *,
-    conditions: Sequence[ColumnElement[bool]] = (),
-    limit: int = 100,
-    offset: int = 0,
-    newest_first: bool = True,
-) -> tuple[int, Sequence[Task]]:
-    """A page of tasks matching every condition, and how many match in all."""
-    count = session.scalar(select(func.count()).select_from(Task).where(*conditions)) or 0
-    order = Task.seq.desc() if newest_first else Task.seq
-    rows = session.scalars(select(Task).where(*conditions).order_by(order).limit(limit).offset(offset)).all()
-    return count, rows
-
-
 def requeue_stuck(session: Session, *, older_than: datetime, max_attempts: int, limit: int = 500) -> tuple[int, int]:
     """Put dispatched/running tasks untouched since `older_than` back in their queue.
 
@@ -88,23 +71,3 @@ def requeue_stuck(session: Session, *, older_than: datetime, max_attempts: int, 
         task.reason = f"re-queued after status timeout (attempt {task.attempts})"
         requeued += 1
     return requeued, failed
-
-
-def hourly_counts(
-    session: Session, since: datetime, conditions: Sequence[ColumnElement[bool]] = ()
-) -> list[tuple[datetime, str, int]]:
-    """(hour, status, tasks) for tasks last modified since `since`, counted by the database."""
-    if on_postgresql(session):
-        hour: Any = func.date_trunc("hour", Task.modified_at)
-    else:
-        hour = func.strftime("%Y-%m-%d %H:00:00", Task.modified_at)
-    rows = session.execute(
-        select(hour.label("hour"), Task.status, func.count())
-        .where(Task.modified_at >= since, *conditions)
-        .group_by(hour, Task.status)
-    ).all()
-    counts = []
-    for bucket, status, number in rows:
-        moment = bucket if isinstance(bucket, datetime) else datetime.fromisoformat(bucket)
-        counts.append((moment if moment.tzinfo else moment.replace(tzinfo=UTC), status, int(number)))
-    return counts

@@ -130,7 +130,7 @@ def broker_probe(settings: Settings) -> BrokerProbe | None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Runs inside the app's own lifespan, so its queue service exists already."""
     settings: Settings = app.state.settings
-    status = StatusService(app.state.store, settings, app.state.queues, app.state.metrics, broker_probe(settings))
+    status: StatusService = app.state.app_services.status_service(app.state.queues, broker_probe(settings))
     app.state.status_page = status
     sampler = asyncio.create_task(status.rates.run(), name="status-page-rates")
     try:

@@ -1,0 +1,48 @@
+"""The status page's keyset pages of tasks: no count of matching rows, ever (the queued total comes
+from the counters when they answer the filter). One task with what may be done to it is
+`baton.service.tasks.task_detail`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from baton.core.model import TaskStatus, utcnow
+from baton.core.task_queries import TaskFilter
+from baton.service.queues import queue_views
+from baton.storage.engine import Session
+from baton.storage.task_pages import TaskRow, task_page
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    filter: TaskFilter
+    tasks: list[TaskRow]
+    limit: int
+    before: int | None
+    next_before: int | None  # the cursor of the next (older) page; None: this is the last one
+    known_total: int | None  # from the counters, when they answer the filter (status queued)
+    generated_at: datetime
+
+
+def tasks_page(session: Session, wanted: TaskFilter, before: int | None, limit: int) -> TaskPage:
+    """Newest first, `limit` at a time, older than `before` (a `seq`)."""
+    queue_ids = [view.id for view in queue_views(session)] if wanted.q else []
+    rows = task_page(session, wanted, queue_ids, before, limit)
+    known_total = None
+    if wanted.status is TaskStatus.QUEUED and not wanted.q:
+        known_total = sum(
+            view.size
+            for view in queue_views(session)
+            if (wanted.organisation in (None, view.organisation))
+            and (wanted.type is None or view.type == wanted.type.value)
+        )
+    return TaskPage(
+        filter=wanted,
+        tasks=rows[:limit],
+        limit=limit,
+        before=before,
+        next_before=rows[limit - 1].seq if len(rows) > limit else None,
+        known_total=known_total,
+        generated_at=utcnow(),
+    )

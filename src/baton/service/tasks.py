@@ -1,0 +1,96 @@
+"""Tasks: the API's listing (OpenKAT's page and query parameters) and hourly statistics, one task as
+a record, and one task as the status page shows it, with what an operator may do to it.
+
+Lists of tasks have one home in storage (`storage/task_pages.py`); this module opens the unit of
+work and shapes the answers.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from baton.core.errors import NotFoundError
+from baton.core.filters import FilterTree
+from baton.core.lifecycle import may_precede
+from baton.core.model import TaskStatus, utcnow
+from baton.core.task_queries import TaskQuery
+from baton.storage import task_pages
+from baton.storage import tasks as task_rows
+from baton.storage.engine import Session, Store
+from baton.storage.task_pages import TaskRow, page_row
+
+STATS_ORDER = ("pending", *(status.value for status in TaskStatus))
+CANCELLABLE = may_precede(TaskStatus.CANCELLED)
+REQUEUABLE = frozenset({TaskStatus.FAILED, TaskStatus.DISPATCHED, TaskStatus.RUNNING})
+REPRIORITISABLE = frozenset({TaskStatus.QUEUED})
+
+
+class TaskListing:
+    """The tasks matching a listing's query, newest first. Made from the query alone, so that a
+    contradictory range is refused (400) before a filter body is read."""
+
+    def __init__(self, store: Store, query: TaskQuery) -> None:
+        self.store = store
+        self.conditions = task_pages.listing_conditions(query, store.dialect)
+
+    def page(self, limit: int, offset: int, tree: FilterTree | None = None) -> tuple[int, list[dict[str, Any]]]:
+        """How many match in all, and the records of the page at `offset`."""
+        conditions = self.conditions
+        if tree is not None:
+            conditions = [*conditions, task_pages.filter_condition(tree, self.store.dialect)]
+        with self.store.session() as session:
+            count, rows = task_pages.list_tasks(session, conditions=conditions, limit=limit, offset=offset)
+            return count, [task_rows.record(row) for row in rows]
+
+
+def hourly_stats(store: Store, query: TaskQuery) -> dict[str, dict[str, int]]:
+    """Tasks per hour of their last change over the past 24 hours, per status (OpenKAT's shape: hours
+    newest first, `pending` always 0 in Baton, `total` per hour)."""
+    conditions = task_pages.listing_conditions(query, store.dialect)
+    since = utcnow() - timedelta(hours=24)
+    with store.session() as session:
+        counts = task_pages.hourly_counts(session, since, conditions)
+    hours: dict[datetime, dict[str, int]] = {}
+    for hour, status, number in counts:
+        bucket = hours.setdefault(hour, dict.fromkeys(STATS_ORDER, 0))
+        bucket[status] = bucket.get(status, 0) + number
+    document = {}
+    for hour in sorted(hours, reverse=True):
+        bucket = hours[hour]
+        bucket["total"] = sum(bucket.values())
+        document[hour.isoformat()] = bucket
+    return document
+
+
+def get_task(store: Store, task_id: uuid.UUID) -> dict[str, Any]:
+    """One task as a record; NotFoundError (404) when there is none."""
+    with store.session() as session:
+        return task_rows.record(task_rows.get_task(session, task_id))
+
+
+@dataclass(frozen=True)
+class TaskDetail:
+    task: TaskRow
+    schedule_id: str | None
+    data: dict[str, Any]
+    can_cancel: bool
+    can_requeue: bool
+    can_change_priority: bool
+
+
+def task_detail(session: Session, task_id: uuid.UUID) -> TaskDetail:
+    task = task_rows.find_task(session, task_id)
+    if task is None:
+        raise NotFoundError(f"task '{task_id}' not found")
+    status = TaskStatus(task.status)
+    return TaskDetail(
+        task=page_row(task),
+        schedule_id=task.schedule_id,
+        data=task.data,
+        can_cancel=status in CANCELLABLE,
+        can_requeue=status in REQUEUABLE,
+        can_change_priority=status in REPRIORITISABLE,
+    )
