@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 from baton.storage import statements
-from baton.storage.engine import libpq_conninfo
+from baton.storage.urls import libpq_conninfo
 from baton.testing.servers import stop_processes, wait_ready
 from baton.testing.waiting import free_port
 from bench.loadgen import Rate, Request, measure

@@ -26,11 +26,15 @@ def normalise_database_url(url: str) -> str:
 
 
 def check_database_url(url: str) -> str:
+    """The scheme only; storage/urls.py reads the rest (and refuses what cannot work, naming it)."""
+    if "://" not in url and "=" in url:  # a libpq key/value string: host=... port=... dbname=...
+        return url
     scheme = url.partition("://")[0] if "://" in url else ""
     if scheme not in SUPPORTED_DATABASES:
         shown = f"scheme '{scheme}'" if scheme else f"'{url[:60]}'"
         raise ValueError(
-            f"unsupported database URL {shown}; use sqlite:///path/baton.db or postgresql://user@host:port/db"
+            f"unsupported database URL {shown}; use sqlite:///path/baton.db, postgresql://user@host:port/db "
+            "(several hosts: host1:port1,host2:port2) or a libpq string (host=... dbname=...)"
         )
     return url
 
@@ -101,7 +105,10 @@ class RecoverySettings(BaseSettings):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BATON_", extra="ignore")
 
-    database_url: str = Field(DEFAULT_DATABASE_URL, description="SQLAlchemy URL of the store.")
+    database_url: str = Field(
+        DEFAULT_DATABASE_URL,
+        description="The store: sqlite:///path, a postgresql:// URL (several hosts too) or a libpq string.",
+    )
     host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API listens on.")
     workers: int = Field(1, ge=1, le=64, description="API worker processes of one `baton serve`.")

@@ -40,14 +40,14 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from baton.core.errors import FencedError
 from baton.core.model import utcnow
-from baton.storage.engine import insert_for, libpq_conninfo, on_postgresql
+from baton.storage.engine import insert_for, on_postgresql
 from baton.storage.tables import LeaderRecord, Organisation, Scheduler, UTCDateTime, WorkerRecord
+from baton.storage.urls import database_address
 
 if TYPE_CHECKING:
     import psycopg
@@ -506,8 +506,9 @@ class PoolChanges:
     timeout. On SQLite, and while that connection cannot be made, it is a plain wait."""
 
     def __init__(self, url: str, stop: threading.Event) -> None:
-        self._dsn = libpq_conninfo(url)
-        self._postgresql = make_url(url).get_backend_name() == "postgresql"
+        address = database_address(url)
+        self._dsn = address.conninfo
+        self._postgresql = address.backend == "postgresql"
         self._stop = stop
         self._conn: psycopg.Connection[Any] | None = None
 

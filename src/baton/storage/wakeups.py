@@ -25,7 +25,7 @@ import psycopg
 
 from baton.core.backoff import RECONNECT, Backoff, fresh
 from baton.core.logging import get_logger
-from baton.storage.engine import Store, libpq_conninfo
+from baton.storage.engine import Store
 
 log = get_logger("baton.storage.wakeups")
 
@@ -86,7 +86,7 @@ class QueuedListener(_Background):
 
     def __init__(self, store: Store) -> None:
         super().__init__()
-        self._conninfo = libpq_conninfo(store.url)
+        self._conninfo = store.address.conninfo
         self._live = False
         self._wanted = asyncio.Event()  # some waiter wants announcements: connect (again)
         self._attempt: asyncio.Future[None] | None = None  # resolved when the next attempt to listen ends
