@@ -13,6 +13,11 @@ start_rabbitmq
 if [ ! -x /usr/bin/chromium ]; then
   _apt_install chromium chromium-driver || echo "no chromium: the status page's browser test cannot run" >&2
 fi
+# The failover test builds a pg_auto_failover formation (tests/system/test_failover.py); as root,
+# install Debian's packages when missing. Without them that test is skipped, or fails under CI.
+if ! command -v pg_autoctl >/dev/null 2>&1; then
+  _apt_install pg-auto-failover-cli postgresql-15-auto-failover || echo "no pg_auto_failover: the failover test cannot run" >&2
+fi
 # Every temporary file of the run lives under the services folder, which goes when we exit.
 export TMPDIR="$BATON_SERVICES_DIR/tmp"
 mkdir -p "$TMPDIR" && chmod 755 "$TMPDIR"
