@@ -15,13 +15,14 @@ TRACEBACK = "Traceback (most recent call last)"
 
 
 def database_outage(probe: ProbeRecord, fault_at: float) -> dict[str, float | None]:
-    """When the database stopped and started taking writes again, as the probe saw it."""
+    """When the database stopped taking writes after the fault, and when it took them again after
+    its last failed write (a restart may be followed by a failover: two gaps, one outage)."""
     after = [(at, ok) for at, ok in probe.writes if at >= fault_at]
-    first_failure = next((at for at, ok in after if not ok), None)
-    if first_failure is None:
+    failures = [at for at, ok in after if not ok]
+    if not failures:
         return {"last_write": None, "writes_back": None, "seconds": 0.0}
-    last_write = max((at for at, ok in probe.writes if ok and at < first_failure), default=fault_at)
-    writes_back = next((at for at, ok in after if ok and at > first_failure), None)
+    last_write = max((at for at, ok in probe.writes if ok and at < failures[0]), default=fault_at)
+    writes_back = next((at for at, ok in after if ok and at > failures[-1]), None)
     return {
         "last_write": last_write,
         "writes_back": writes_back,

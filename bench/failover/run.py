@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,13 +37,17 @@ class Scenario:
     name: str
     title: str
     fault: Callable[[Formation], cluster.Node]
+    settles: bool = True  # the formation gets back to a primary and a secondary (not after a kill)
 
 
 SCENARIOS = {
     "restart": Scenario("restart", "Plain restart of the primary's PostgreSQL", Formation.restart_primary),
     "planned": Scenario("planned", "Planned failover (pg_autoctl perform failover)", Formation.planned_failover),
     "unplanned": Scenario(
-        "unplanned", "Unplanned failover (SIGKILL of the primary's keeper and PostgreSQL)", Formation.kill_primary
+        "unplanned",
+        "Unplanned failover (SIGKILL of the primary's keeper and PostgreSQL)",
+        Formation.kill_primary,
+        settles=False,
     ),
 }
 
@@ -95,14 +98,23 @@ def run_scenario(
         fault_at = time.time()
         victim = scenario.fault(formation)
         deadline = time.monotonic() + RECOVERY_TIMEOUT
-        while not recovered(clients, probe, fault_at, list(baton.urls), director):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{scenario.name}: not every process served again within {RECOVERY_TIMEOUT:.0f} s")
-            time.sleep(0.2)
+
+        def wait_recovered() -> None:
+            while not recovered(clients, probe, fault_at, list(baton.urls), director):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{scenario.name}: not every process served again in {RECOVERY_TIMEOUT:.0f} s")
+                time.sleep(0.2)
+
+        wait_recovered()
+        if scenario.settles:  # a restart the monitor answers with a failover: measure that too
+            formation.wait_healthy()
+            wait_recovered()
         time.sleep(AFTER)
     time.sleep(1)  # answers in flight when the clients stopped have been recorded
     outage = analysis.database_outage(probe.record, fault_at)
     answers = list(clients.answers)
+    records = {"fault_at": fault_at, "answers": [a.__dict__ for a in answers], "writes": probe.record.writes}
+    (baton.log_dir / f"{scenario.name}-records.json").write_text(json.dumps(records))
     return {
         "scenario": scenario.name,
         "title": scenario.title,
@@ -126,13 +138,14 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def run(
-    scenarios: list[str], replicas: int, per_replica: int, director: bool, work: Path | None = None
-) -> dict[str, Any]:
-    formation = Formation(work)
+def run(scenarios: list[str], replicas: int, per_replica: int, director: bool, keep: bool = False) -> dict[str, Any]:
+    formation = Formation()
     results: dict[str, Any] = {"replicas": replicas, "clients_per_replica": per_replica, "scenarios": []}
     with ExitStack() as stack:
-        stack.callback(formation.remove)
+        if keep:
+            print(f"logs and records kept in {formation.directory}", file=sys.stderr)
+        else:
+            stack.callback(formation.remove)
         stack.callback(formation.stop)
         started = time.monotonic()
         formation.create()
@@ -156,11 +169,12 @@ def main() -> None:
     parser.add_argument("--clients-per-replica", type=int, default=2)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--no-docs", action="store_true", help="print the results only")
+    parser.add_argument("--keep", action="store_true", help="keep the logs and the clients' records")
     args = parser.parse_args()
     missing = cluster.pg_autoctl_missing()
     if missing:
         sys.exit(f"cannot build the formation: {missing}")
-    results = run(args.scenarios.split(","), args.replicas, args.clients_per_replica, director=True)
+    results = run(args.scenarios.split(","), args.replicas, args.clients_per_replica, director=True, keep=args.keep)
     print(json.dumps(results, indent=1))
     if not args.no_docs:
         write_docs(results)
