@@ -32,6 +32,7 @@ from baton.ingest.catalogue import PluginSpec
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
 from baton.storage.plugins import seed_plugins
+from baton.storage.urls import libpq_conninfo
 from harness.servers import start_api_replica, stop_processes, wait_ready
 from harness.waiting import free_port
 
@@ -49,10 +50,6 @@ FAST_ENV = {
     "BATON_LOG_LEVEL": "info",
     "BATON_AUTH": "off",
 }
-
-
-def libpq_url(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
 
 
 class Cluster:
@@ -101,7 +98,7 @@ class Cluster:
         self.api[index] = self._start_api(int(url.rsplit(":", 1)[1]))
 
     def leader_pid(self) -> int | None:
-        with psycopg.connect(libpq_url(self.database_url), autocommit=True) as conn:
+        with psycopg.connect(libpq_conninfo(self.database_url), autocommit=True) as conn:
             row = conn.execute("SELECT holder FROM leaders WHERE role = 'director'").fetchone()
         if row is None:
             return None
@@ -120,7 +117,7 @@ class Cluster:
         self.directors[index].wait()
         self.directors[index] = self._start_director()
         while time.monotonic() - started < 120:
-            with psycopg.connect(libpq_url(self.database_url), autocommit=True) as conn:
+            with psycopg.connect(libpq_conninfo(self.database_url), autocommit=True) as conn:
                 row = conn.execute("SELECT holder, acquired_at FROM leaders WHERE role = 'director'").fetchone()
             if row is not None and not str(row[0]).endswith(f":{pid}") and row[1] > killed_at:
                 return time.monotonic() - started
@@ -128,7 +125,7 @@ class Cluster:
         raise RuntimeError("no director took over within 120 s")
 
     def kill_scheduler(self, scheduler_id: str) -> int:
-        with psycopg.connect(libpq_url(self.database_url), autocommit=True) as conn:
+        with psycopg.connect(libpq_conninfo(self.database_url), autocommit=True) as conn:
             row = conn.execute("SELECT location FROM schedulers WHERE id = %s", (scheduler_id,)).fetchone()
         if row is None or row[0] is None:
             raise RuntimeError(f"{scheduler_id} has no location yet")
@@ -242,7 +239,7 @@ def prepare(database_url: str, organisations: list[str]) -> None:
     """Fresh schema content: the organisations and one boefje that matches every event once."""
     store = Store(database_url)
     store.migrate()
-    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(database_url), autocommit=True) as conn:
         conn.execute("TRUNCATE organisations, tasks, events, boefje_runs, leaders, plugins, queue_counters CASCADE")
     with store.session() as session:
         plugin = PluginSpec(id=BOEFJE_ID, type="boefje", name="Replica boefje", consumes=[OBJECT_TYPE], scan_level=0)
@@ -272,7 +269,7 @@ def wait_for(condition: Any, timeout: float) -> bool:
 
 
 def task_summary(database_url: str) -> dict[str, Any]:
-    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(database_url), autocommit=True) as conn:
         statuses: dict[str, int] = dict(conn.execute("SELECT status, count(*) FROM tasks GROUP BY status").fetchall())
         per_object = conn.execute(
             "SELECT organisation, data->>'input_ooi', count(*) FROM tasks GROUP BY 1, 2"
@@ -358,7 +355,7 @@ def run_chaos(
 
 
 def _has_location(database_url: str, scheduler_id: str) -> bool:
-    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(database_url), autocommit=True) as conn:
         row = conn.execute("SELECT location, state FROM schedulers WHERE id = %s", (scheduler_id,)).fetchone()
     return row is not None and row[0] is not None and row[1] == "running"
 
@@ -367,7 +364,7 @@ def run_throughput(database_url: str, api_replicas: int, clients: int, tasks: in
     """Tasks completed per second by `clients` job runners through `api_replicas` replicas."""
     orgs = ["org0"]
     prepare(database_url, orgs)
-    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(database_url), autocommit=True) as conn:
         conn.execute(
             "INSERT INTO tasks (id, scheduler_id, organisation, type, priority, status, data, attempts, created_at,"
             " modified_at) SELECT gen_random_uuid(), 'boefje-org0', 'org0', 'boefje', 1, 'queued',"

@@ -27,7 +27,7 @@ from typing import IO
 import psycopg
 from psycopg.types.json import Json
 
-from harness.writelog import libpq
+from baton.storage.urls import libpq_conninfo
 
 FEED_MIME_TYPE = "boefje/dns-records"  # read by a normalizer of the built-in catalogue
 LEASE_ENV = {
@@ -130,7 +130,7 @@ class Ownership:
 
 
 def ownership(database_url: str) -> Ownership:
-    with psycopg.connect(libpq(database_url)) as conn:
+    with psycopg.connect(libpq_conninfo(database_url)) as conn:
         rows = conn.execute(
             "SELECT s.owner, s.state FROM schedulers s JOIN organisations o ON o.id = s.organisation"
         ).fetchall()
@@ -144,7 +144,7 @@ def ownership(database_url: str) -> Ownership:
 
 
 def leader_pid(database_url: str) -> int | None:
-    with psycopg.connect(libpq(database_url)) as conn:
+    with psycopg.connect(libpq_conninfo(database_url)) as conn:
         row = conn.execute(
             "SELECT holder FROM leaders WHERE role = 'director' AND expires_at > clock_timestamp()"
         ).fetchone()
@@ -152,7 +152,7 @@ def leader_pid(database_url: str) -> int | None:
 
 
 def leader_term(database_url: str) -> int:
-    with psycopg.connect(libpq(database_url)) as conn:
+    with psycopg.connect(libpq_conninfo(database_url)) as conn:
         row = conn.execute("SELECT term FROM leaders WHERE role = 'director'").fetchone()
     return 0 if row is None else int(row[0])
 
@@ -160,7 +160,7 @@ def leader_term(database_url: str) -> int:
 def terminate_connections_of(database_url: str, pid_of_client: int) -> int:
     """pg_terminate_backend on every connection a client process holds (a proxy or firewall
     dropping them; what `idle_session_timeout` does to an idle lock connection)."""
-    with psycopg.connect(libpq(database_url), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(database_url), autocommit=True) as conn:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE client_port = ANY(%s) AND pid <> pg_backend_pid() AND datname = current_database()",
@@ -215,7 +215,7 @@ class EventFeeder:
             }
             try:
                 if conn is None or conn.closed:
-                    conn = psycopg.connect(libpq(self.database_url), autocommit=True)
+                    conn = psycopg.connect(libpq_conninfo(self.database_url), autocommit=True)
                 conn.execute(
                     "INSERT INTO events (scheduler_id, kind, payload, created_at) "
                     "VALUES (%s, 'raw_file_received', %s, clock_timestamp())",

@@ -18,6 +18,8 @@ from typing import Any
 
 import psycopg
 
+from baton.storage.urls import libpq_conninfo
+
 INSTALL = """
 CREATE TABLE IF NOT EXISTS scheduler_writes (
     seq bigserial PRIMARY KEY,
@@ -60,12 +62,8 @@ CREATE TRIGGER baton_task_writes AFTER INSERT ON tasks
 """
 
 
-def libpq(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
-
-
 def install(database_url: str) -> None:
-    with psycopg.connect(libpq(database_url), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(database_url), autocommit=True) as conn:
         conn.execute(INSTALL)
 
 
@@ -79,7 +77,7 @@ DROP TABLE IF EXISTS scheduler_writes;
 
 def uninstall(database_url: str) -> None:
     """The database as Baton made it again: without the audit's triggers (they cost every write)."""
-    with psycopg.connect(libpq(database_url), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(database_url), autocommit=True) as conn:
         conn.execute(UNINSTALL)
 
 
@@ -114,7 +112,7 @@ def _claim_term(claim: str | None) -> int | None:
 
 
 def analyse(database_url: str) -> WriteAudit:
-    with psycopg.connect(libpq(database_url)) as conn:
+    with psycopg.connect(libpq_conninfo(database_url)) as conn:
         rows = conn.execute(
             "SELECT seq, at, kind, scheduler_id, claim, old_owner, old_term, old_state, new_owner, new_term, "
             "new_state FROM scheduler_writes ORDER BY at, seq"

@@ -19,6 +19,11 @@ fi
 if ! command -v promtool >/dev/null; then
   _apt_install prometheus || echo "no promtool: the alert rules' syntax and unit tests are not checked" >&2
 fi
+# The failover test builds a pg_auto_failover formation (tests/system/test_failover.py); as root,
+# install Debian's packages when missing. Without them that test is skipped, or fails under CI.
+if ! command -v pg_autoctl >/dev/null 2>&1; then
+  _apt_install pg-auto-failover-cli postgresql-15-auto-failover || echo "no pg_auto_failover: the failover test cannot run" >&2
+fi
 # Every temporary file of the run lives under the services folder, which goes when we exit.
 export TMPDIR="$BATON_SERVICES_DIR/tmp"
 mkdir -p "$TMPDIR" && chmod 755 "$TMPDIR"

@@ -16,12 +16,13 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import settings as hypothesis_settings
-from sqlalchemy import make_url, text
+from sqlalchemy import text
 
 from baton.api import create_app
 from baton.core.settings import Settings
 from baton.storage.engine import Store
 from baton.storage.tables import Base
+from baton.storage.urls import libpq_conninfo
 
 POSTGRES_URL = os.environ.get("BATON_TEST_POSTGRES_URL")
 _migrated: set[str] = set()
@@ -35,14 +36,14 @@ hypothesis_settings.load_profile(os.environ.get("BATON_HYPOTHESIS_PROFILE", "ci"
 
 @contextmanager
 def fresh_postgres_database(prefix: str) -> Iterator[str]:
-    """A new, empty database on the test server, dropped afterwards; yields its SQLAlchemy URL."""
-    base = make_url(postgres_url())
+    """A new, empty database on the test server, dropped afterwards; yields its libpq connection
+    string (which Baton takes as a database URL too)."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
+    admin = libpq_conninfo(postgres_url())
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield base.set(database=name).render_as_string(hide_password=False)
+        yield libpq_conninfo(postgres_url(), dbname=name)
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -24,7 +24,7 @@ import psycopg
 from baton.core.fairness import FAIR_UNIT
 from baton.core.queueing import PopTarget
 from baton.storage import statements
-from baton.storage.engine import libpq_conninfo
+from baton.storage.urls import libpq_conninfo
 from bench.loadgen import Rate, Request, measure
 from harness.servers import stop_processes, wait_ready
 from harness.waiting import free_port

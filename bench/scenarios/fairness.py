@@ -33,9 +33,8 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy.engine import make_url
 
-from baton.storage.engine import libpq_conninfo
+from baton.storage.urls import libpq_conninfo
 from bench.loadgen import Rate, measure
 from bench.scenarios.common import (
     Context,
@@ -215,7 +214,7 @@ def paired_ratio(series: Samples, baseline: Samples) -> float | None:
 
 
 def baseline_context(ctx: Context) -> Context:
-    url = make_url(ctx.database_url).set(database=BASELINE_DATABASE).render_as_string(hide_password=False)
+    url = libpq_conninfo(ctx.database_url, dbname=BASELINE_DATABASE)
     return dataclasses.replace(ctx, database_url=url)
 
 

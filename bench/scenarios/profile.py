@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import make_url
 
-from baton.storage.engine import libpq_conninfo
+from baton.storage.urls import libpq_conninfo
 from bench.loadgen import Rate, measure
 from bench.scenarios.common import ORG, Context, add_organisations, bench_queue, fill, http_pop, serve
 

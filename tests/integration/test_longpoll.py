@@ -23,7 +23,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from baton.core.model import TaskStatus
-from baton.storage.engine import Store, libpq_conninfo
+from baton.storage.engine import Store
+from baton.storage.urls import libpq_conninfo
 from baton.storage.wakeups import APPLICATION_NAME, ChangeWatcher
 from harness.factories import add_organisation, finish, pop, push
 from harness.servers import api_replicas

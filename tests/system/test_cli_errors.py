@@ -52,6 +52,12 @@ def test_unreachable_postgresql_names_host_port_and_setting() -> None:
     assert_one_line(result, f"cannot reach PostgreSQL at 127.0.0.1:{port}", "connection refused", "BATON_DATABASE_URL")
 
 
+def test_a_multi_host_url_that_cannot_work_names_the_part() -> None:
+    result = baton("migrate", env={"BATON_DATABASE_URL": "postgres://baton:s3cret@127.0.0.1:6001,127.0.0.1:x/baton"})
+    assert_one_line(result, "BATON_DATABASE_URL: port 'x' is not a port number")
+    assert "s3cret" not in result.stderr
+
+
 def test_unwritable_sqlite_path(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")

@@ -25,7 +25,10 @@ app = typer.Typer(
 )
 DatabaseUrl = Annotated[
     str | None,
-    typer.Option("--database-url", help="SQLAlchemy URL; overrides BATON_DATABASE_URL (default sqlite:///baton.db)."),
+    typer.Option(
+        "--database-url",
+        help="Database URL or libpq string; overrides BATON_DATABASE_URL (default sqlite:///baton.db).",
+    ),
 ]
 
 
@@ -64,9 +67,10 @@ def main_callback(
 def migrate(database_url: DatabaseUrl = None) -> None:
     """Create or upgrade the database schema and seed the plugin catalogue (safe to run repeatedly)."""
     from baton.runtime import prepare_store
+    from baton.storage.engine import describe_database
 
     store = prepare_store(load_settings(database_url=database_url))
-    typer.echo(f"database at {store.engine.url.render_as_string(hide_password=True)} is up to date")
+    typer.echo(f"{describe_database(store.url)} is up to date")
 
 
 @app.command()

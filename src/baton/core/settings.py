@@ -29,11 +29,15 @@ def normalise_database_url(url: str) -> str:
 
 
 def check_database_url(url: str) -> str:
+    """The scheme only; storage/urls.py reads the rest (and refuses what cannot work, naming it)."""
+    if "://" not in url and "=" in url:  # a libpq key/value string: host=... port=... dbname=...
+        return url
     scheme = url.partition("://")[0] if "://" in url else ""
     if scheme not in SUPPORTED_DATABASES:
         shown = f"scheme '{scheme}'" if scheme else f"'{url[:60]}'"
         raise ValueError(
-            f"unsupported database URL {shown}; use sqlite:///path/baton.db or postgresql://user@host:port/db"
+            f"unsupported database URL {shown}; use sqlite:///path/baton.db, postgresql://user@host:port/db "
+            "(several hosts: host1:port1,host2:port2) or a libpq string (host=... dbname=...)"
         )
     return url
 
@@ -251,8 +255,9 @@ class Settings(BaseSettings):
 
     database_url: str = Field(
         DEFAULT_DATABASE_URL,
-        description="SQLAlchemy URL of the store: `sqlite:///path/baton.db` (one process) or "
-        "`postgresql+psycopg://user@host:port/db` (`postgresql://` is accepted too).",
+        description="The store: `sqlite:///path/baton.db` (one process), or PostgreSQL as a URL "
+        "(`postgresql://user@host:port/db`; several hosts too, as `pg_autoctl show uri` prints them) or a libpq "
+        "key/value string; what it leaves out comes from the PG* variables.",
     )
     host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
     port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API listens on.")

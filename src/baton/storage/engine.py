@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from baton.core.diagnosis import reason
 from baton.core.errors import ConfigurationError
 from baton.core.settings import normalise_database_url
 from baton.storage.errors import translated
+from baton.storage.urls import database_address
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -62,11 +63,6 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def libpq_conninfo(url: str) -> str:
-    """The database URL as psycopg takes it for a connection of its own (no SQLAlchemy driver)."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 def connection_name(pid: int | None = None) -> str:
     """What every connection of this process is called in pg_stat_activity: `baton <pid>@<host>`,
     the same process as the owner ids `host:pid#...` of its leases (storage/scheduler_leases.py ends
@@ -75,26 +71,35 @@ def connection_name(pid: int | None = None) -> str:
 
 
 def make_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> Engine:
-    url = normalise_database_url(url)
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
+    address = database_address(normalise_database_url(url))
+    if address.backend == "sqlite":
+        parsed = make_url(address.url)
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
         _configure_sqlite(engine)
         return engine
     # No pre-ping: it costs a round trip per request. After a database restart the first statement
-    # on a stale connection fails (503 once) and SQLAlchemy then invalidates the whole pool.
-    return create_engine(
-        url,
+    # on a stale connection fails (503 once) and SQLAlchemy then invalidates the whole pool; a new
+    # connection is made when one is needed, so there is no reconnect back-off to wait out.
+    engine = create_engine(
+        "postgresql+psycopg://",
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_recycle=1800,
         connect_args={
-            "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}",
+            "options": address.options_with(f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"),
             "application_name": connection_name(),
         },
     )
+
+    @event.listens_for(engine, "do_connect")
+    def _connect_to_address(_dialect: Any, _record: Any, cargs: list[Any], _cparams: dict[str, Any]) -> None:
+        # The libpq connection string, not SQLAlchemy's reading of the URL: every form libpq knows
+        # (several hosts, PG* variables) reaches the same hosts as Baton's other connections.
+        cargs[:] = [address.conninfo]
+
+    return engine
 
 
 # The control engine's pool: leases, leadership and worker rounds; a handful of threads at most.
@@ -114,6 +119,7 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.url = normalise_database_url(url)
+        self.address = database_address(self.url)  # refuses a URL that cannot work
         self.engine = make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._control_engine: Engine | None = None
@@ -260,12 +266,9 @@ def insert_for(session: Session | Connection) -> Any:
 
 def describe_database(url: str) -> str:
     try:
-        parsed = make_url(url)
-    except ArgumentError:
+        return database_address(normalise_database_url(url)).describe()
+    except ConfigurationError:
         return "the database"
-    if parsed.get_backend_name() == "sqlite":
-        return f"SQLite at {parsed.database or ':memory:'}"
-    return f"PostgreSQL at {parsed.host or 'localhost'}:{parsed.port or 5432}"
 
 
 def database_error(exc: DBAPIError | OSError, url: str) -> ConfigurationError:

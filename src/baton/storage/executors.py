@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from functools import cache
@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import TupleRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
@@ -36,7 +36,7 @@ from baton.core.filters import FilterTree
 from baton.core.model import TaskStatus
 from baton.core.queueing import PopTarget, PushRequest, PushResult
 from baton.storage import queues, statements
-from baton.storage.engine import Store, libpq_conninfo
+from baton.storage.engine import Store
 from baton.storage.errors import translated
 from baton.storage.filters import compile_tree
 from baton.storage.popbatch import PopBatcher
@@ -48,6 +48,11 @@ T = TypeVar("T")
 # the request then fails with PoolTimeout, answered 503, instead of holding the client for psycopg's
 # default of 30 s (as long as many clients' own timeouts).
 CONNECTION_WAIT_SECONDS = 5.0
+# How long the pool tries to replace a connection before it gives up and starts again at once
+# (`_reconnect_again`). psycopg_pool doubles its delay between attempts for as long as this lasts
+# (default 5 min: after a long outage the next attempt could come half a minute after the database is
+# back); within 1 s it never waits more than 1 s between attempts.
+RECONNECT_SECONDS = 1.0
 
 
 class QueueExecutor(Protocol):
@@ -195,6 +200,14 @@ def _compiled(statement_key: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
     return str(compiled), dict(compiled.params)
 
 
+async def _reconnect_again(pool: AsyncConnectionPool[Any]) -> None:
+    """The pool gave up replacing a connection (the database is down): try again now. `check()`
+    lets the pool grow back by one connection (a no-op while another attempt runs), so while the
+    database is down some attempt is never more than RECONNECT_SECONDS away."""
+    if not pool.closed:
+        await pool.check()
+
+
 class PostgresExecutor:
     """Hot statements on psycopg's async pool; anything unusual on the SQLAlchemy engine."""
 
@@ -203,12 +216,14 @@ class PostgresExecutor:
         # None: every pop its own statement.
         self.batcher = PopBatcher() if group_pops else None
         self.pool = AsyncConnectionPool(
-            libpq_conninfo(store.url),
+            store.address.conninfo,
             min_size=1,
             max_size=max_connections,
             open=False,
             kwargs={"autocommit": True, "row_factory": dict_row},
             timeout=CONNECTION_WAIT_SECONDS,
+            reconnect_timeout=RECONNECT_SECONDS,
+            reconnect_failed=_reconnect_again,
         )
         self._fallback = ThreadExecutor(store, threads=4)
         self._opened = False
@@ -218,6 +233,18 @@ class PostgresExecutor:
             await self.pool.open(wait=False)
             self._opened = True
 
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[TupleRow]]:
+        async with self.pool.connection() as conn:
+            try:
+                yield conn
+            finally:
+                if conn.broken:
+                    # The server went away (a restart, a failover), and the pool's idle connections
+                    # with it: replace them all now, as SQLAlchemy invalidates its pool, rather than
+                    # fail one more request on each.
+                    await self.pool.drain()
+
     async def _fetch(self, key: tuple[Any, ...], params: dict[str, Any]) -> list[dict[str, Any]]:
         await self._ensure_open()
         sql, defaults = _compiled(key)
@@ -225,7 +252,7 @@ class PostgresExecutor:
             return await self._execute(sql, {**defaults, **params})
 
     async def _execute(self, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        async with self.pool.connection() as conn:
+        async with self._connection() as conn:
             cursor = conn.cursor(binary=True)  # binary results: no text parsing of uuids and timestamps
             await cursor.execute(sql, params)
             rows: list[dict[str, Any]] = await cursor.fetchall()  # type: ignore[assignment]  # dict_row

@@ -8,10 +8,10 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from baton.storage.engine import libpq_conninfo, on_postgresql
+from baton.storage.engine import on_postgresql
+from baton.storage.urls import database_address
 
 if TYPE_CHECKING:
     import psycopg
@@ -31,8 +31,9 @@ class PoolChanges:
     timeout. On SQLite, and while that connection cannot be made, it is a plain wait."""
 
     def __init__(self, url: str, stop: threading.Event) -> None:
-        self._dsn = libpq_conninfo(url)
-        self._postgresql = make_url(url).get_backend_name() == "postgresql"
+        address = database_address(url)
+        self._dsn = address.conninfo
+        self._postgresql = address.backend == "postgresql"
         self._stop = stop
         self._conn: psycopg.Connection[Any] | None = None
 

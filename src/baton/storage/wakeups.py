@@ -23,9 +23,9 @@ from typing import Any, Protocol
 
 import psycopg
 
-from baton.core.backoff import RECONNECT, Backoff, fresh
+from baton.core.backoff import Backoff, fresh
 from baton.core.logging import get_logger
-from baton.storage.engine import Store, libpq_conninfo
+from baton.storage.engine import Store
 
 log = get_logger("baton.storage.wakeups")
 
@@ -36,6 +36,9 @@ CHECK_SECONDS = 10.0
 IDLE_CHECKS = 2
 CONNECT_TIMEOUT_SECONDS = 10
 APPLICATION_NAME = "baton wake-ups"  # how the connection shows in pg_stat_activity
+# Reconnecting while pops wait: at most 1 s apart, so they hear of new tasks again within a second
+# of the database taking connections (one attempt a second per API process meanwhile).
+LISTEN_AGAIN = Backoff(initial=0.5, maximum=1.0)
 
 OnQueued = Callable[[str], None]
 OnAnything = Callable[[], None]
@@ -86,7 +89,7 @@ class QueuedListener(_Background):
 
     def __init__(self, store: Store) -> None:
         super().__init__()
-        self._conninfo = libpq_conninfo(store.url)
+        self._conninfo = store.address.conninfo
         self._live = False
         self._wanted = asyncio.Event()  # some waiter wants announcements: connect (again)
         self._attempt: asyncio.Future[None] | None = None  # resolved when the next attempt to listen ends
@@ -122,14 +125,15 @@ class QueuedListener(_Background):
     async def _run(
         self, on_queued: OnQueued, on_anything: OnAnything, on_lost: OnLost, has_waiters: HasWaiters
     ) -> None:
-        backoff = fresh(RECONNECT)
+        backoff = fresh(LISTEN_AGAIN)
         while True:
             await self._wanted.wait()
             try:
                 await self._listen(on_queued, on_anything, has_waiters, backoff)
                 continue  # closed for want of waiters
             except Exception as exc:  # whatever it was, this task must not die: waiters rely on it
-                log.warning("cannot listen for queued tasks; waiting pops look every few seconds", error=str(exc))
+                if not backoff.failures_seen:  # once per outage, not once per attempt
+                    log.warning("cannot listen for queued tasks; waiting pops look every few seconds", error=str(exc))
             finally:
                 self._attempt_ended()
             if self._live:
