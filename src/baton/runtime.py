@@ -8,7 +8,6 @@ so a stand-alone scheduler process loads only what a scheduler uses.
 
 from __future__ import annotations
 
-import enum
 import gc
 import math
 import os
@@ -19,19 +18,13 @@ from typing import Any, Protocol
 
 from baton.core.identity import process_location
 from baton.core.logging import get_logger
-from baton.core.model import SchedulerSpec, SchedulerType
+from baton.core.model import RunnerKind, SchedulerSpec, SchedulerType
 from baton.core.settings import Settings
 from baton.ingest.catalogue import seed_catalogue
 from baton.ingest.events import CompositeSource, DatabaseInbox, EventSource
 from baton.storage.engine import Store, database_error, migrate_store, open_store, require_current_schema
 
 log = get_logger("baton.runtime")
-
-
-class RunnerKind(enum.StrEnum):
-    thread = "thread"
-    process = "process"
-    kubernetes = "kubernetes"
 
 
 class Service(Protocol):

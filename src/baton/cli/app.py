@@ -13,9 +13,8 @@ from baton import __version__
 from baton.cli.errors import settings_error
 from baton.core.errors import BatonError, ConfigurationError
 from baton.core.logging import configure_logging
-from baton.core.model import SchedulerSpec, SchedulerType, utcnow
+from baton.core.model import RunnerKind, SchedulerSpec, SchedulerType, utcnow
 from baton.core.settings import Settings
-from baton.runtime import RunnerKind
 
 app = typer.Typer(
     help="Baton: priority queues of scanning work per organisation, served over HTTP.",

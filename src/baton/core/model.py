@@ -25,6 +25,14 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class RunnerKind(enum.StrEnum):
+    """Where a director runs its schedulers."""
+
+    thread = "thread"
+    process = "process"
+    kubernetes = "kubernetes"
+
+
 class SchedulerType(enum.StrEnum):
     """The kind of work a queue holds (OpenKAT calls it the scheduler id)."""
 
