@@ -22,6 +22,7 @@ from baton.openkat import KatalogusClient, OctopoesClient
 from baton.openkat.http import RetryPolicy, ServiceClient
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
+from baton.storage.scheduler_leases import release_claims
 from baton.storage.tables import Task
 from harness.standins import KatalogusStandin, OctopoesStandin, StandinServer
 from tests import queue_api as queue
@@ -85,6 +86,13 @@ class World:
 
     def poll_passes(self) -> None:
         self.clock.advance(POLL_SECONDS)
+
+
+def give_up(scheduler: Any) -> None:
+    """The scheduler gives its row up, as one stopping does (a scheduler ticked by hand holds its claim
+    without the renewals that `end` releases)."""
+    with scheduler.store.control_session() as session:
+        release_claims(session, [scheduler.claim], "stopped")
 
 
 def client(service: str, url: str) -> ServiceClient:

@@ -58,13 +58,14 @@ class KatalogusOrganisationSync(BackgroundService):
         recorder: OutsideServiceRecorder | None = None,
         leader: LeaderElector | None = None,
         clock: Callable[[], float] = time.monotonic,
+        holder: str | None = None,
     ) -> None:
         super().__init__()
         self.store = store
         self.settings = settings
         self.katalogus = katalogus
         self.recorder = recorder
-        self.holder = process_location()
+        self.holder = holder or process_location()
         self.leader = leader or DatabaseLeaseLeader(
             store, self.holder, settings.leases, role=KATALOGUS_ROLE, liveness_key=KATALOGUS_LOCK_KEY
         )

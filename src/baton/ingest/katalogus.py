@@ -69,6 +69,11 @@ class KatalogusLink:
             self._next_probe[client.service] = now + timedelta(seconds=self.poll_seconds)
             return True
 
+    def failed(self, client: ServiceClient, now: datetime) -> None:
+        """A call failed: the process's next try of the service is a poll from now."""
+        with self._lock:
+            self._next_probe[client.service] = now + timedelta(seconds=self.poll_seconds)
+
     def observed(self, client: ServiceClient) -> None:
         if self.recorder is not None:
             self.recorder.note(client)
@@ -184,6 +189,7 @@ class CatalogueSync:
         try:
             plugins = katalogus.plugins(self.organisation)
         except OutsideServiceError:
+            self.link.failed(katalogus.http, now)
             return None  # logged once per outage by the client; the last catalogue stays
         finally:
             self.link.observed(katalogus.http)

@@ -28,9 +28,14 @@ class Backfiller:
         self.scheduler = scheduler
         self.link = link
         self.organisation = scheduler.spec.organisation
-        self.page_size = scheduler.backfill_page_size
+        self._shrunk_to: int | None = None  # a page size that fit a full queue; None: the scheduler's
         self.pending = True  # until a look finds none; the catalogue sync sets it when it starts one
         self._retry_at: datetime | None = None
+
+    @property
+    def page_size(self) -> int:
+        full = self.scheduler.backfill_page_size
+        return full if self._shrunk_to is None else min(self._shrunk_to, full)
 
     def step(self, now: datetime) -> int:
         """One page of the oldest backfill; how much it did (0: nothing to do, or not now)."""
@@ -54,6 +59,7 @@ class Backfiller:
                 valid_time=backfill.valid_time,
             )
         except OutsideServiceError:
+            self.link.failed(octopoes.http, now)
             self._retry_at = now + timedelta(seconds=self.link.poll_seconds)
             return 0  # logged once per outage by the client; the cursor stays
         finally:
@@ -65,10 +71,11 @@ class Backfiller:
             objects = [(item.primary_key, item.object_type, item.scan_level) for item in items]
             made = self._make_tasks(backfill, objects, None if done else reached, now)
         except QueueFullError:
-            self.page_size = max(1, self.page_size // 2)
+            self._shrunk_to = max(1, self.page_size // 2)
             self.scheduler.pause(self.scheduler.settings.timing.poll_interval_seconds)
             return 0
-        self.page_size = min(self.scheduler.backfill_page_size, self.page_size * 2)
+        if self._shrunk_to is not None:
+            self._shrunk_to = None if self._shrunk_to * 2 >= self.scheduler.backfill_page_size else self._shrunk_to * 2
         return max(made, 1)
 
     def _make_tasks(
