@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from baton.control.katalogus import KATALOGUS_LOCK_KEY, KATALOGUS_ROLE, KatalogusOrganisationSync
 from baton.control.leadership import DatabaseLeaseLeader
-from baton.core.catalogue import KATALOGUS_SOURCE
+from baton.core.catalogue import AUTO_SOURCE, KATALOGUS_SOURCE
 from baton.core.settings import LeaseSettings, Settings
 from baton.ingest.outside_services import OutsideServiceRecorder
 from baton.openkat import KatalogusClient
@@ -93,6 +93,32 @@ def test_katalogus_organisations_come_and_go_and_baton_ones_stay(
         assert round_ is not None and (round_.added, round_.removed) == (["gamma"], ["beta"])
         assert sorted(organisations(store)) == ["acme", "gamma", "in-both", "made-in-baton"]
         assert standin.calls[ORGANISATIONS_CALL] == 2
+    finally:
+        sync.leader.release()
+
+
+def test_an_organisation_made_because_a_message_named_it_becomes_katalogus_once_listed(
+    store: Store, katalogus: tuple[KatalogusStandin, StandinServer]
+) -> None:
+    """`auto` is the source an organisation made by BATON_AUTO_ORGANISATIONS is to carry
+    (storage/organisations.py `ensure_organisation` does not write it yet: set by hand here)."""
+    standin, server = katalogus
+    with store.session() as session:
+        for org in ("named", "named-elsewhere"):
+            create_organisation(session, org, org, maxsize=10)
+        session.execute(text("UPDATE organisations SET source = :auto"), {"auto": AUTO_SOURCE})
+    standin.add_organisation("named")
+    standin.add_organisation("other")
+    ticker = Ticker()
+    sync = make_sync(store, server, "a:1", ticker)
+    try:
+        round_ = sync.step()
+        assert round_ is not None and (round_.added, round_.adopted) == (["other"], ["named"])
+        standin.remove_organisation("named")
+        ticker.now += 60
+        round_ = sync.step()
+        assert round_ is not None and round_.removed == ["named"]
+        assert organisations(store) == {"named-elsewhere": (AUTO_SOURCE, 3), "other": (KATALOGUS_SOURCE, 3)}
     finally:
         sync.leader.release()
 

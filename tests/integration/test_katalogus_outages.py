@@ -118,6 +118,34 @@ def test_while_katalogus_fails_one_scheduler_per_process_tries_it_once_per_poll(
     assert world.katalogus.calls[PLUGINS_CALL] == before + 4
 
 
+def test_a_listing_without_any_plugin_keeps_the_last_catalogue(world: World) -> None:
+    """KATalogus always lists its own plugins: an empty listing is a broken KATalogus. Taken at its word it
+    would disable everything, and make every boefje "new" (a backfill of every object) when it recovers."""
+    world.katalogus.add_boefje("dns-records", ["Hostname"], enabled=True)
+    schedulers = [world.boefjes("acme"), world.boefjes("beta")]
+    for scheduler in schedulers:
+        scheduler.tick()
+    objects_listed = world.octopoes.calls[OBJECTS_CALL]
+    plugins = dict(world.katalogus.plugins)
+    with capture_logs() as logs:
+        world.katalogus.plugins.clear()
+        for n in range(2):
+            world.poll_passes()
+            world.put("boefje-acme", octopoes_mutation("acme", f"Hostname|internet|h{n}.example", 1))
+            for scheduler in schedulers:
+                scheduler.tick()
+        world.katalogus.plugins.update(plugins)
+        world.poll_passes()
+        for scheduler in schedulers:
+            scheduler.tick()
+    assert boefje_pairs(world.store) == [("dns-records", f"Hostname|internet|h{n}.example") for n in range(2)]
+    assert [(line["log_level"], line["event"]) for line in logs if "lists" in line["event"]] == [
+        ("warning", "KATalogus lists no plugin; organisations keep their last catalogue"),
+        ("info", "KATalogus lists plugins again"),
+    ]
+    assert world.octopoes.calls[OBJECTS_CALL] == objects_listed  # nothing taken for newly enabled
+
+
 @pytest.mark.parametrize("outage", sorted(OUTAGES))
 def test_octopoes_failing_leaves_the_new_boefjes_cursor_and_resumes(world: World, outage: str) -> None:
     for n in range(10):

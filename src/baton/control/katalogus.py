@@ -12,7 +12,8 @@ comes back at the next poll, as KATalogus is where organisations are made.
 
 Removal is guarded: a failed listing changes nothing (the client logs the outage once), and a listing
 without any organisation removes nothing (core/catalogue.py `organisations_to_remove`). Organisations
-made in Baton (the API, a RabbitMQ message, a push that named one) are never removed by the sync.
+made in Baton (the API, a RabbitMQ organisation message) are never removed by the sync; one made because
+a message or a push named it (`source` "auto") becomes KATalogus' once KATalogus lists it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from baton.ingest.outside_services import OutsideServiceRecorder
 from baton.openkat import KatalogusClient
 from baton.storage.engine import Store
 from baton.storage.leadership import leads_now
-from baton.storage.organisation_sync import add_katalogus_organisation, organisation_ids
+from baton.storage.organisation_sync import add_katalogus_organisation, adopt_auto_organisations, organisation_ids
 from baton.storage.organisations import delete_organisation
 
 log = get_logger("baton.katalogus")
@@ -43,6 +44,7 @@ KATALOGUS_LOCK_KEY = 0x0BA7_0003  # its leader's liveness lock (the director's i
 @dataclass
 class OrganisationSyncRound:
     added: list[str] = field(default_factory=list)
+    adopted: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     listed: int = 0
 
@@ -104,12 +106,13 @@ class KatalogusOrganisationSync(BackgroundService):
             for org_id in sorted(listing.keys() - existing):
                 if add_katalogus_organisation(session, org_id, listing[org_id], self.settings.queue_maxsize):
                     round_.added.append(org_id)
+            round_.adopted = adopt_auto_organisations(session, listing.keys())
             ours = organisation_ids(session, KATALOGUS_SOURCE)
             for org_id in sorted(organisations_to_remove(listing.keys(), ours)):
                 delete_organisation(session, org_id)
                 round_.removed.append(org_id)
-        if round_.added or round_.removed:
-            log.info("organisations from KATalogus", added=round_.added, removed=round_.removed)
+        if round_.added or round_.adopted or round_.removed:
+            log.info("organisations from KATalogus", added=round_.added, adopted=round_.adopted, removed=round_.removed)
         if not listing and not self._said_empty:
             log.warning("KATalogus lists no organisation; removing none", kept=len(ours))
         self._said_empty = not listing

@@ -8,7 +8,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 PLUGIN_TYPES = ("boefje", "normalizer")  # KATalogus also lists "bit"s, which no scheduler runs
-KATALOGUS_SOURCE = "katalogus"  # organisations.source of those the KATalogus sync created
+KATALOGUS_SOURCE = "katalogus"  # organisations.source of those the KATalogus sync created (or adopted)
+AUTO_SOURCE = "auto"  # of those made because a message or a push named them: KATalogus' once it lists them
 SCAN_LEVELS = range(5)
 
 

@@ -38,25 +38,29 @@ from baton.storage.tables import Plugin
 
 if TYPE_CHECKING:  # the HTTP clients are loaded only where KATalogus is configured
     from baton.ingest.scheduler import Scheduler
-    from baton.openkat import KatalogusClient, OctopoesClient
+    from baton.openkat import BytesClient, KatalogusClient, OctopoesClient
     from baton.openkat.http import ServiceClient
     from baton.openkat.models import Plugin as KatalogusPlugin
 
 log = get_logger("baton.katalogus")
+_SAID_LEFT_OUT: set[str] = set()  # plugins this process said it leaves out (once each, not every poll)
 # The widths of the plugins table's columns: a plugin KATalogus describes beyond them is left out.
 LIMITS = {"id": 128, "version": 64, "oci_image": 512, "cron": 128}
 
 
 @dataclass
 class KatalogusLink:
-    """A process's clients for KATalogus (and Octopoes, for new boefjes' objects), shared by its schedulers."""
+    """A process's clients for KATalogus (and Octopoes, for new boefjes' objects; Bytes, for the rescans),
+    shared by its schedulers."""
 
     katalogus: KatalogusClient
     octopoes: OctopoesClient | None
     poll_seconds: float
     recorder: OutsideServiceRecorder | None = None
+    bytes: BytesClient | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _next_probe: dict[str, datetime] = field(default_factory=dict)
+    _empty: bool = False  # the last plugin listing had no plugin
 
     def may_call(self, client: ServiceClient, now: datetime) -> bool:
         """Always while the service answers; while it fails, once per poll in this process (the probe that
@@ -73,6 +77,18 @@ class KatalogusLink:
         """A call failed: the process's next try of the service is a poll from now."""
         with self._lock:
             self._next_probe[client.service] = now + timedelta(seconds=self.poll_seconds)
+
+    def listed(self, anything: bool) -> bool:
+        """Whether a plugin listing had any plugin; one log line when listings start coming back empty,
+        one when they no longer do (for the process, not per organisation)."""
+        with self._lock:
+            changed, self._empty = self._empty == anything, not anything
+        if changed:
+            if anything:
+                log.info("KATalogus lists plugins again")
+            else:
+                log.warning("KATalogus lists no plugin; organisations keep their last catalogue")
+        return anything
 
     def observed(self, client: ServiceClient) -> None:
         if self.recorder is not None:
@@ -98,7 +114,7 @@ def katalogus_link(store: Store, settings: Settings) -> KatalogusLink | None:
             assert clients.katalogus is not None  # its URL is set
             poll = settings.openkat.katalogus_poll_seconds
             recorder = OutsideServiceRecorder(store, poll)
-            _LINKS[key] = KatalogusLink(clients.katalogus, clients.octopoes, poll, recorder)
+            _LINKS[key] = KatalogusLink(clients.katalogus, clients.octopoes, poll, recorder, clients.bytes)
         return _LINKS[key]
 
 
@@ -110,7 +126,9 @@ def listed_plugins(plugins: Iterable[KatalogusPlugin]) -> list[ListedPlugin]:
             continue
         too_long = [name for name, limit in LIMITS.items() if len(getattr(plugin, name) or "") > limit]
         if too_long:
-            log.warning("plugin left out: a field is longer than Baton stores", plugin=plugin.id[:128], fields=too_long)
+            if plugin.id not in _SAID_LEFT_OUT:
+                _SAID_LEFT_OUT.add(plugin.id)
+                log.warning("plugin left out: a field is longer than Baton stores", plugin=plugin.id, fields=too_long)
             continue
         listed.append(
             ListedPlugin(
@@ -194,6 +212,10 @@ class CatalogueSync:
         finally:
             self.link.observed(katalogus.http)
         listing = listed_plugins(plugins)
+        if not self.link.listed(bool(listing)) and self.has_catalogue:
+            # KATalogus always lists its own plugins: none at all is a broken KATalogus, and taking it at
+            # its word would disable everything, then make every boefje "new" again when it recovers.
+            return None
         with self.scheduler.transaction() as session:
             change = apply_plugin_listing(session, self.organisation, listing, now)
             if octopoes:

@@ -3,10 +3,12 @@ ones it adds and, by storage/organisations.py's delete, the ones it removes."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from baton.core.catalogue import KATALOGUS_SOURCE
+from baton.core.catalogue import AUTO_SOURCE, KATALOGUS_SOURCE
 from baton.storage.organisations import ensure_organisation
 from baton.storage.tables import Organisation
 
@@ -28,3 +30,18 @@ def add_katalogus_organisation(session: Session, org_id: str, name: str, maxsize
             update(Organisation).where(Organisation.id == org_id).values(name=name, source=KATALOGUS_SOURCE)
         )
     return created
+
+
+def adopt_auto_organisations(session: Session, listed: Collection[str]) -> list[str]:
+    """Organisations made automatically (a message or a push named them before the sync saw them) that
+    KATalogus lists become KATalogus' own: removed when it drops them. Those made through the API or an
+    organisation message stay Baton's."""
+    if not listed:
+        return []
+    adopted = session.scalars(
+        update(Organisation)
+        .where(Organisation.source == AUTO_SOURCE, Organisation.id.in_(sorted(listed)))
+        .values(source=KATALOGUS_SOURCE)
+        .returning(Organisation.id)
+    )
+    return sorted(adopted)
