@@ -115,6 +115,8 @@ def katalogus_link(store: Store, settings: Settings) -> KatalogusLink | None:
             poll = settings.openkat.katalogus_poll_seconds
             recorder = OutsideServiceRecorder(store, poll)
             _LINKS[key] = KatalogusLink(clients.katalogus, clients.octopoes, poll, recorder, clients.bytes)
+            if clients.octopoes is None:
+                log.info("Octopoes is not configured: a newly enabled boefje gets tasks from new events only")
         return _LINKS[key]
 
 
