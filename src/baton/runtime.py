@@ -82,13 +82,19 @@ def source_factory(
 def scheduler_context(store: Store, settings: Settings, runner: str, broker_wait_seconds: float | None = None) -> Any:
     from baton.ingest.scheduler import SchedulerContext
 
-    return SchedulerContext(
+    context = SchedulerContext(
         store=store,
         settings=settings,
         runner=runner,
         location=process_location(),
         source_factory=source_factory(settings, broker_wait_seconds),
     )
+    if settings.openkat.katalogus_url:  # KATalogus is the catalogue (ingest/katalogus.py)
+        from baton.ingest.katalogus import KatalogusCatalogue, katalogus_link
+
+        context.katalogus = katalogus_link(store, settings)
+        context.catalogue = KatalogusCatalogue()
+    return context
 
 
 # -- director mode -------------------------------------------------------------------------------------
@@ -128,9 +134,10 @@ def build_kubernetes_director(store: Store, settings: Settings) -> Any:
 
 
 def director_services(store: Store, settings: Settings, runner_kind: RunnerKind) -> list[Service]:
-    """The director and, with RabbitMQ enabled, the organisation watcher that feeds it."""
+    """The director and what feeds it organisations: RabbitMQ's watcher (when enabled), KATalogus' (when
+    configured)."""
     services: list[Service] = [build_director(store, settings, runner_kind)]
-    return [*amqp_services(store, settings), *services]
+    return [*amqp_services(store, settings), *katalogus_services(store, settings), *services]
 
 
 def amqp_services(store: Store, settings: Settings) -> list[Service]:
@@ -145,6 +152,15 @@ def amqp_services(store: Store, settings: Settings) -> list[Service]:
         OrganisationWatcher(settings.amqp.url, organisation_applier(store, settings)),
         OpenKatEventRouter(settings.amqp.url, store, settings.auto_organisations, settings.queue_maxsize),
     ]
+
+
+def katalogus_services(store: Store, settings: Settings) -> list[Service]:
+    """With KATalogus configured: its organisations, read by whichever process holds the `katalogus` lease."""
+    if not settings.openkat.katalogus_url:
+        return []
+    from baton.control.katalogus import katalogus_services as services
+
+    return list(services(store, settings))
 
 
 def run_until_signalled(services: Sequence[Service]) -> None:
@@ -180,9 +196,11 @@ def build_worker(store: Store, settings: Settings) -> Any:
 
 def run_worker(settings: Settings) -> None:
     """Schedulers shared with every other `baton worker` on the database; RabbitMQ's organisation
-    events and OpenKAT's queues are consumed here too when enabled (competing consumers)."""
+    events and OpenKAT's queues are consumed here too when enabled (competing consumers), and KATalogus'
+    organisations read (by the one process holding the `katalogus` lease)."""
     store = prepare_store(settings)
-    run_until_signalled([*amqp_services(store, settings), build_worker(store, settings)])
+    services = [*amqp_services(store, settings), *katalogus_services(store, settings), build_worker(store, settings)]
+    run_until_signalled(services)
 
 
 # -- the API --------------------------------------------------------------------------------------------

@@ -287,7 +287,7 @@ def test_a_batch_makes_the_tasks_that_one_event_at_a_time_makes(
     assert batch_source.rejected, "no event was rejected"
     if kind is BoefjeScheduler:  # the object that came twice: again at once without a grace period
         priorities = [priority for priority, _, boefje, ooi, _ in made_tasks(orgs, batched.id) if "a.example" in ooi]
-        assert priorities == ([169, 169] if grace_seconds == 0 else [1, 1])
+        assert priorities == ([170, 170] if grace_seconds == 0 else [2, 2])
 
 
 def test_redelivered_events_make_no_second_task_in_one_batch_or_the_next(orgs: Store) -> None:

@@ -93,7 +93,7 @@ def test_boefje_tasks_match_object_type_scan_level_and_enablement(org_store: Sto
     pairs = sorted((task.data["boefje"]["id"], task.data["input_ooi"]) for task in tasks)
     # dns: level 1 <= 2; ports needs level 3; off is disabled; ips consumes IP addresses at level 0.
     assert pairs == [("dns", "Hostname|internet|example.com"), ("ips", "IPAddressV4|internet|1.2.3.4")]
-    assert all(task.priority == 1 for task in tasks)  # never run before: top priority
+    assert all(task.priority == 2 for task in tasks)  # never run before: first of the automatic tasks
 
 
 def test_organisation_override_enables_a_disabled_boefje(org_store: Store) -> None:
@@ -123,16 +123,16 @@ def test_grace_period_blocks_requeue_until_it_passes(org_store: Store) -> None:
     scheduler.tick()
     again = queued(org_store, "boefje-acme")
     assert len(again) == 1
-    assert again[0].priority == rank_boefje_task(clock.now - timedelta(minutes=61), clock.now) > 1
+    assert again[0].priority == rank_boefje_task(clock.now - timedelta(minutes=61), clock.now) > 2
 
 
 def test_ranker_prefers_never_run_then_longest_waiting() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    assert rank_boefje_task(None, now) == 1
+    assert rank_boefje_task(None, now) == 2
     recent = rank_boefje_task(now - timedelta(hours=1), now)
     old = rank_boefje_task(now - timedelta(days=3), now)
     ancient = rank_boefje_task(now - timedelta(days=30), now)
-    assert 1 < ancient <= old < recent
+    assert 2 < ancient <= old < recent
 
 
 def test_delete_operation_creates_no_tasks(org_store: Store) -> None:

@@ -1,8 +1,8 @@
 """The plugin catalogue: which boefjes and normalizers exist, what they consume, where enabled.
 
 Schedulers ask a `PluginCatalogue`; `DatabaseCatalogue` answers from the `plugins` and
-`plugin_settings` tables. An HTTP client for an external catalogue service (OpenKAT's KATalogus)
-would implement the same two methods.
+`plugin_settings` tables (a plugin's default, overridden per organisation). With KATalogus configured,
+`KatalogusCatalogue` (katalogus.py) answers from the same tables, filled from KATalogus' listings.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
+from baton.core.catalogue import may_scan
 from baton.core.errors import ConfigurationError
 from baton.ingest.events import ScanLevel
+from baton.storage.catalogue_sync import plugin_enabled_for
 from baton.storage.engine import Session
 from baton.storage.plugins import enabled_plugins, seed_plugins
 from baton.storage.tables import Plugin
@@ -50,13 +52,17 @@ class PluginCatalogue(Protocol):
         """Enabled normalizers that consume any of `mime_types`."""
         ...
 
+    def enabled_plugin(self, session: Session, organisation: str, plugin_id: str) -> Plugin | None:
+        """The plugin if it is enabled for the organisation (None: unknown or disabled)."""
+        ...
+
 
 class DatabaseCatalogue:
     def boefjes_for(self, session: Session, organisation: str, object_type: str, scan_level: int) -> list[Plugin]:
         return [
             plugin
             for plugin in enabled_plugins(session, organisation, "boefje")
-            if object_type in plugin.consumes and plugin.scan_level <= scan_level
+            if may_scan(plugin.consumes, plugin.scan_level, object_type, scan_level)
         ]
 
     def normalizers_for(self, session: Session, organisation: str, mime_types: Sequence[str]) -> list[Plugin]:
@@ -64,6 +70,9 @@ class DatabaseCatalogue:
         return [
             plugin for plugin in enabled_plugins(session, organisation, "normalizer") if wanted & set(plugin.consumes)
         ]
+
+    def enabled_plugin(self, session: Session, organisation: str, plugin_id: str) -> Plugin | None:
+        return plugin_enabled_for(session, organisation, plugin_id, by_setting_only=False)
 
 
 class BatchCatalogue:
@@ -88,6 +97,9 @@ class BatchCatalogue:
         if key not in self._normalizers:
             self._normalizers[key] = self.catalogue.normalizers_for(session, organisation, mime_types)
         return self._normalizers[key]
+
+    def enabled_plugin(self, session: Session, organisation: str, plugin_id: str) -> Plugin | None:
+        return self.catalogue.enabled_plugin(session, organisation, plugin_id)
 
 
 def load_catalogue_file(path: Path) -> list[PluginSpec]:

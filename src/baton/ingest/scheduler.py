@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from baton.core.errors import DatabaseUnavailableError, FencedError
 from baton.core.logging import get_logger
@@ -28,6 +28,9 @@ from baton.ingest.events import DatabaseInbox, EventSource
 from baton.ingest.ownership import Ownership
 from baton.storage.engine import Session, Store
 from baton.storage.scheduler_leases import Claim, fenced_before_first_write
+
+if TYPE_CHECKING:  # only a process with KATalogus configured loads the HTTP clients
+    from baton.ingest.katalogus import KatalogusLink
 
 log = get_logger("baton.schedulers")
 
@@ -46,6 +49,7 @@ class SchedulerContext:
     catalogue: PluginCatalogue = field(default_factory=DatabaseCatalogue)
     clock: Callable[[], datetime] = utcnow
     ownership: Ownership | None = None  # shared by the schedulers of one process; made on first use
+    katalogus: KatalogusLink | None = None  # KATalogus as the catalogue (katalogus.py); None: Baton's own
 
     def leases(self) -> Ownership:
         if self.ownership is None:

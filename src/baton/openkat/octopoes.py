@@ -58,20 +58,11 @@ class OctopoesClient:
         An organisation or a type Octopoes does not know has no objects."""
         if not object_types:
             return
-        params = {
-            "types": sorted(object_types),
-            "scan_level": sorted(set(scan_levels)),
-            "limit": page_size,
-            "valid_time": valid_time_param(valid_time),
-        }
+        valid_time = valid_time or datetime.now(UTC)  # one moment for every page
         offset = 0
         while True:
-            page = self.http.fetch_or_none(
-                "GET",
-                f"/{organisation_id}/objects",
-                PAGE,
-                params={**params, "offset": offset},
-                missing=no_such_organisation_or_type,
+            page = self.objects_page(
+                organisation_id, object_types, scan_levels, offset=offset, limit=page_size, valid_time=valid_time
             )
             if page is None:
                 return
@@ -79,6 +70,31 @@ class OctopoesClient:
             offset += page_size
             if not page.items or offset >= page.count:
                 return
+
+    def objects_page(
+        self,
+        organisation_id: str,
+        object_types: Collection[str],
+        scan_levels: Iterable[int] = SCAN_LEVELS,
+        *,
+        offset: int = 0,
+        limit: int = 1000,
+        valid_time: datetime | None = None,
+    ) -> ObjectPage | None:
+        """One page of `objects`, from `offset` (a caller that keeps its place between calls passes the same
+        `valid_time` each time, so the pages agree). None: Octopoes knows no such organisation or type."""
+        if not object_types:
+            return ObjectPage(count=0, items=[])
+        params = {
+            "types": sorted(object_types),
+            "scan_level": sorted(set(scan_levels)),
+            "limit": limit,
+            "offset": offset,
+            "valid_time": valid_time_param(valid_time),
+        }
+        return self.http.fetch_or_none(
+            "GET", f"/{organisation_id}/objects", PAGE, params=params, missing=no_such_organisation_or_type
+        )
 
     def object(self, organisation_id: str, reference: str, *, valid_time: datetime | None = None) -> OOI | None:
         params = {"reference": reference, "valid_time": valid_time_param(valid_time)}

@@ -181,3 +181,19 @@ class LivenessLock:
             conn.close()
         except SQLAlchemyError:
             pass
+
+
+def leads_now(session: Session, role: str, holder: str, term: int) -> bool:
+    """Whether `holder` leads `role` in `term` and its lease has not run out, locking the row until the
+    transaction ends (PostgreSQL), so no takeover commits before what this term writes after the check."""
+    row = session.execute(
+        select(LeaderRecord.term)
+        .where(
+            LeaderRecord.role == role,
+            LeaderRecord.holder == holder,
+            LeaderRecord.term == term,
+            LeaderRecord.expires_at > db_now(session),
+        )
+        .with_for_update()
+    ).first()
+    return row is not None

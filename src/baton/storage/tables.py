@@ -76,6 +76,11 @@ class Organisation(Base):
     # per queue of this organisation (None: no cap).
     weight: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))
     max_in_flight: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # "katalogus": created by the KATalogus sync, the only organisations it may remove; None: made in
+    # Baton (the API, a RabbitMQ message, a push or message that named it).
+    source: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # When its boefje scheduler last wrote KATalogus' plugin listing for it (None: never).
+    catalogue_synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class Scheduler(Base):
@@ -208,6 +213,11 @@ class Plugin(Base):
     # What OpenKAT's runners need to run a boefje: its version and container image.
     version: Mapped[str | None] = mapped_column(String(64), nullable=True)
     oci_image: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    # From KATalogus: when to scan an object again (a cron expression, or minutes between runs), and
+    # the scan-profile operations ("create", "update") a boefje runs on instead of being rescanned.
+    cron: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    interval: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    run_on: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
 
 
 class PluginSetting(Base):
@@ -254,6 +264,33 @@ class BoefjeRun(Base):
     boefje_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     object_key: Mapped[str] = mapped_column(String(512), primary_key=True)
     queued_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class BoefjeBackfill(Base):
+    """A boefje newly enabled for an organisation: its existing objects still to be given tasks, read
+    from Octopoes a page at a time at one `valid_time` (so the pages agree), from `next_offset` on."""
+
+    __tablename__ = "boefje_backfills"
+
+    organisation: Mapped[str] = mapped_column(ForeignKey("organisations.id", ondelete="CASCADE"), primary_key=True)
+    boefje_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    object_types: Mapped[list[str]] = mapped_column(JSON)
+    scan_level: Mapped[int] = mapped_column(Integer)
+    valid_time: Mapped[datetime] = mapped_column(UTCDateTime())
+    next_offset: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class OutsideService(Base):
+    """An outside service's state as its callers last saw it (KATalogus, Octopoes, Bytes): failing
+    since `down_since` (None: answering), and when a caller last said so."""
+
+    __tablename__ = "outside_services"
+
+    service: Mapped[str] = mapped_column(String(32), primary_key=True)
+    down_since: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    checked_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 class Schedule(Base):

@@ -8,14 +8,18 @@ from dataclasses import dataclass
 
 from baton.core.errors import UnprocessableError
 from baton.core.jobs import Normalizer, NormalizerJob, job_document, job_hash
-from baton.core.model import SchedulerType, utcnow
+from baton.core.model import SchedulerSpec, SchedulerType, utcnow
+from baton.core.priorities import AUTOMATIC_PRIORITY
 from baton.ingest.catalogue import BatchCatalogue, PluginCatalogue
 from baton.ingest.event_driven import EventDrivenScheduler
 from baton.ingest.events import EVENT_KIND, AnyEvent, KatRawDataReceived, RawFileReceived, raw_data_of
+from baton.ingest.katalogus import CatalogueReadiness
+from baton.ingest.scheduler import SchedulerContext
 from baton.storage import queues
 from baton.storage.engine import Session
 from baton.storage.queues import PushRequest
 from baton.storage.raw_files import handled_raw_files
+from baton.storage.scheduler_leases import Claim
 
 
 class NormalizerScheduler(EventDrivenScheduler):
@@ -23,6 +27,16 @@ class NormalizerScheduler(EventDrivenScheduler):
     mime types; the job carries the whole raw file with the boefje job that produced it."""
 
     type = SchedulerType.NORMALIZER
+
+    def __init__(self, spec: SchedulerSpec, context: SchedulerContext, claim: Claim | None = None) -> None:
+        super().__init__(spec, context, claim)
+        # With KATalogus as the catalogue, its events wait until the boefje scheduler wrote a first one.
+        self.catalogue_ready = None if context.katalogus is None else CatalogueReadiness(self)
+
+    def tick(self) -> int:
+        if self.catalogue_ready is not None and not self.catalogue_ready.check():
+            return 0
+        return super().tick()
 
     def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
         catalogue = BatchCatalogue(self.context.catalogue)
@@ -47,7 +61,9 @@ class NormalizerScheduler(EventDrivenScheduler):
                 raw_data=raw,
             )
             digest = job_hash(job)
-            request = PushRequest(queue=self.id, priority=1, data=job_document(job), hash=digest, task_id=task_id)
+            request = PushRequest(
+                queue=self.id, priority=AUTOMATIC_PRIORITY, data=job_document(job), hash=digest, task_id=task_id
+            )
             planned.append(PlannedJob(request, str(raw.id)))
         return planned
 

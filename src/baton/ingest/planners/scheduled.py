@@ -8,6 +8,7 @@ from datetime import datetime
 from baton.core.cron import next_deadline
 from baton.core.jobs import JOB_MODELS, Job, ReportJob, carries_its_task_id, job_document, job_hash
 from baton.core.model import SchedulerType, utcnow
+from baton.core.priorities import AUTOMATIC_PRIORITY
 from baton.ingest.scheduler import Scheduler
 from baton.storage import queues
 from baton.storage.engine import Session
@@ -25,7 +26,7 @@ def fire_due_schedules(scheduler: Scheduler, session: Session, now: datetime) ->
         job = scheduled_job(scheduler.type, schedule, task_id)
         request = PushRequest(
             queue=scheduler.id,
-            priority=1,
+            priority=AUTOMATIC_PRIORITY,
             data=job_document(job),
             hash=job_hash(job),
             schedule_id=str(schedule.id),

@@ -1,0 +1,88 @@
+"""Rules of a plugin catalogue read from KATalogus (no I/O): what a listing says, which boefjes it
+newly enables, which boefje runs on which scan-profile operation, which organisations a listing
+removes."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+PLUGIN_TYPES = ("boefje", "normalizer")  # KATalogus also lists "bit"s, which no scheduler runs
+KATALOGUS_SOURCE = "katalogus"  # organisations.source of those the KATalogus sync created (or adopted)
+AUTO_SOURCE = "auto"  # of those made because a message or a push named them: KATalogus' once it lists them
+SCAN_LEVELS = range(5)
+
+
+@dataclass(frozen=True)
+class ListedPlugin:
+    """A boefje or normalizer as KATalogus lists it for one organisation (`enabled` is that organisation's)."""
+
+    id: str
+    type: str
+    name: str
+    enabled: bool
+    consumes: tuple[str, ...]
+    scan_level: int = 0
+    version: str | None = None
+    oci_image: str | None = None
+    cron: str | None = None
+    interval: int | None = None  # minutes between runs on one object
+    run_on: tuple[str, ...] | None = None
+
+    def definition(self) -> dict[str, object]:
+        """The columns of its `plugins` row (what every organisation shares; `enabled` is per organisation)."""
+        return {
+            "type": self.type,
+            "name": self.name,
+            "consumes": list(self.consumes),
+            "scan_level": self.scan_level,
+            "version": self.version,
+            "oci_image": self.oci_image,
+            "cron": self.cron,
+            "interval": self.interval,
+            "run_on": list(self.run_on) if self.run_on else None,
+        }
+
+
+def newly_enabled(recorded: Mapping[str, bool], listing: Sequence[ListedPlugin]) -> list[ListedPlugin]:
+    """Boefjes the listing enables that were not enabled by the organisation's last recorded listing (mula's
+    "new boefjes": enabled, with something to consume). With nothing recorded yet (its first listing) every
+    enabled boefje is new, as every one is for mula when it starts; after that only a change is, whatever
+    restarts in between (the recorded state is in the database, not in memory)."""
+    return [
+        plugin
+        for plugin in listing
+        if plugin.type == "boefje" and plugin.enabled and plugin.consumes and not recorded.get(plugin.id, False)
+    ]
+
+
+def runs_on(run_on: Sequence[str] | None, operation: str) -> bool:
+    """Whether a boefje gets a task for a scan-profile `operation` ("create", "update"): one with `run_on`
+    only for the operations it lists (mula's process_mutations), every other one for both."""
+    if not run_on:
+        return True
+    return operation in run_on
+
+
+def is_rescanned(run_on: Sequence[str] | None) -> bool:
+    """A boefje with `run_on` runs on those mutations only: mula makes it no schedule (no rescans)."""
+    return not run_on
+
+
+def may_scan(consumes: Collection[str], scan_level: int, object_type: str, object_level: int) -> bool:
+    """A boefje may scan an object of a type it consumes whose scan level is at least its own."""
+    return object_type in consumes and scan_level <= object_level
+
+
+def scan_levels_for(scan_level: int) -> range:
+    """The object scan levels a boefje of `scan_level` may scan (mula: range(scan_level, 5))."""
+    return range(max(scan_level, 0), len(SCAN_LEVELS))
+
+
+def organisations_to_remove(listed: Collection[str], from_katalogus: Collection[str]) -> set[str]:
+    """The organisations KATalogus created here that its listing no longer has. None when it lists no
+    organisation at all: a KATalogus that lost its database (or is not set up yet) answers that, and it
+    must not remove every organisation; the last one goes by hand."""
+    if not listed:
+        return set()
+    return set(from_katalogus) - set(listed)
