@@ -20,7 +20,7 @@ from baton.core.settings import LeaseSettings, Settings
 from baton.ingest.outside_services import OutsideServiceRecorder
 from baton.openkat import KatalogusClient
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
+from baton.storage.organisations import adopt_organisation, create_organisation
 from baton.storage.outside_services import outside_services
 from baton.storage.tables import Organisation, Scheduler, Task
 from harness.standins import KatalogusStandin, StandinServer
@@ -100,13 +100,13 @@ def test_katalogus_organisations_come_and_go_and_baton_ones_stay(
 def test_an_organisation_made_because_a_message_named_it_becomes_katalogus_once_listed(
     store: Store, katalogus: tuple[KatalogusStandin, StandinServer]
 ) -> None:
-    """`auto` is the source an organisation made by BATON_AUTO_ORGANISATIONS is to carry
-    (storage/organisations.py `ensure_organisation` does not write it yet: set by hand here)."""
+    """`auto` is the source of an organisation BATON_AUTO_ORGANISATIONS made (a message or a push
+    named it); one made through the API stays Baton's."""
     standin, server = katalogus
     with store.session() as session:
         for org in ("named", "named-elsewhere"):
-            create_organisation(session, org, org, maxsize=10)
-        session.execute(text("UPDATE organisations SET source = :auto"), {"auto": AUTO_SOURCE})
+            assert adopt_organisation(session, org, auto=True, maxsize=10)
+        create_organisation(session, "made-here", "Made here", maxsize=10)
     standin.add_organisation("named")
     standin.add_organisation("other")
     ticker = Ticker()
@@ -118,7 +118,11 @@ def test_an_organisation_made_because_a_message_named_it_becomes_katalogus_once_
         ticker.now += 60
         round_ = sync.step()
         assert round_ is not None and round_.removed == ["named"]
-        assert organisations(store) == {"named-elsewhere": (AUTO_SOURCE, 3), "other": (KATALOGUS_SOURCE, 3)}
+        assert organisations(store) == {
+            "named-elsewhere": (AUTO_SOURCE, 3),
+            "made-here": (None, 3),
+            "other": (KATALOGUS_SOURCE, 3),
+        }
     finally:
         sync.leader.release()
 

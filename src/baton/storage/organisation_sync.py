@@ -24,11 +24,9 @@ def organisation_ids(session: Session, source: str | None = None) -> set[str]:
 def add_katalogus_organisation(session: Session, org_id: str, name: str, maxsize: int) -> bool:
     """Create the organisation (and its queues) as KATalogus' own, unless one of that id exists (made in
     Baton: it stays Baton's, never removed by the sync). True when this call created it."""
-    created = ensure_organisation(session, org_id, maxsize)
+    created = ensure_organisation(session, org_id, maxsize, source=KATALOGUS_SOURCE)
     if created:
-        session.execute(
-            update(Organisation).where(Organisation.id == org_id).values(name=name, source=KATALOGUS_SOURCE)
-        )
+        session.execute(update(Organisation).where(Organisation.id == org_id).values(name=name))
     return created
 
 

@@ -8,6 +8,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from baton.core.catalogue import AUTO_SOURCE
 from baton.core.errors import ConflictError, NotFoundError
 from baton.core.model import SchedulerState, SchedulerType, scheduler_id_for, utcnow
 from baton.storage.engine import insert_for
@@ -73,14 +74,15 @@ def set_fair_share(
     return org
 
 
-def ensure_organisation(session: Session, org_id: str, maxsize: int) -> bool:
+def ensure_organisation(session: Session, org_id: str, maxsize: int, source: str | None = None) -> bool:
     """Create the organisation and its queues unless they exist (safe under concurrency: ON CONFLICT
-    DO NOTHING). True when this call created it."""
+    DO NOTHING). `source`: where a new one came from (None: made in Baton). True when this call
+    created it."""
     now = utcnow()
     insert = insert_for(session)
     created = session.execute(
         insert(Organisation)
-        .values(id=org_id, name=org_id, created_at=now, weight=1)
+        .values(id=org_id, name=org_id, created_at=now, weight=1, source=source)
         .on_conflict_do_nothing(index_elements=[Organisation.id])
         .returning(Organisation.id)
     ).first()
@@ -110,6 +112,6 @@ def adopt_organisation(session: Session, org_id: str, *, auto: bool, maxsize: in
     with BATON_AUTO_ORGANISATIONS (`auto`) it is created, with its queues (`maxsize`), when first named. True when it
     exists afterwards."""
     if auto:
-        ensure_organisation(session, org_id, maxsize)
+        ensure_organisation(session, org_id, maxsize, source=AUTO_SOURCE)
         return True
     return session.get(Organisation, org_id) is not None
