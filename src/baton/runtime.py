@@ -185,11 +185,20 @@ def build_worker(store: Store, settings: Settings) -> Any:
     return Worker(store, settings, scheduler_context(store, settings, RUNNER_NAME, broker_wait_seconds=0.0))
 
 
+def build_housekeeper(store: Store, settings: Settings) -> Any:
+    """Stuck-task recovery and the retention of finished tasks, by one worker at a time (no
+    director runs beside workers to do it)."""
+    from baton.control.housekeeping import Housekeeper
+
+    return Housekeeper(store, settings)
+
+
 def run_worker(settings: Settings) -> None:
     """Schedulers shared with every other `baton worker` on the database; RabbitMQ's organisation
     events and OpenKAT's queues are consumed here too when enabled (competing consumers)."""
     store = prepare_store(settings)
-    run_until_signalled([*amqp_services(store, settings), build_worker(store, settings)])
+    services = [*amqp_services(store, settings), build_worker(store, settings), build_housekeeper(store, settings)]
+    run_until_signalled(services)
 
 
 # -- the API --------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from baton.core.settings import LeaseSettings
 from baton.storage.engine import Store
 from baton.storage.leadership import (
     DIRECTOR_ROLE,
+    LIVENESS_LOCK_KEY,
     LivenessLock,
     release_leadership,
     renew_leadership,
@@ -67,6 +68,7 @@ class DatabaseLeaseLeader:
         settings: LeaseSettings,
         role: str = DIRECTOR_ROLE,
         clock: Callable[[], float] = time.monotonic,
+        liveness_key: int = LIVENESS_LOCK_KEY,
     ) -> None:
         self.store = store
         self.holder = holder
@@ -75,7 +77,7 @@ class DatabaseLeaseLeader:
         self._clock = clock
         self._term: int | None = None
         self._renewed_at = 0.0
-        self._liveness = LivenessLock(store)
+        self._liveness = LivenessLock(store, liveness_key)  # one lock per role
 
     @property
     def term(self) -> int | None:
