@@ -14,6 +14,7 @@ from bench.report.formatting import num, shown, table
 from bench.report.leases import replication_leases_markdown, section_leases
 from bench.report.plots import plot_fairness, plot_overview
 from bench.report.profiles import section_profile
+from bench.report.retention import section_retention
 from bench.report.schedulers import section_director, section_workers
 from bench.report.targets import Verdict, invalid_reason, verdicts
 from bench.report.throughput import (
@@ -41,6 +42,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "fairness": section_fairness,
     "organisations": section_organisations,
     "director": section_director,
+    "retention": section_retention,
     "workers": section_workers,
     "leases": section_leases,
     "profile": section_profile,

@@ -80,6 +80,14 @@ TARGETS = [
         "#16",
     ),
     Target(
+        "pop throughput while retention removes finished tasks / without, 8 clients (HTTP)",
+        "retention.ratios.http_8",
+        0.90,
+        ">=",
+        "percent",
+        "#33",
+    ),
+    Target(
         "director (thread runner), 3,000 schedulers all running",
         "workers.director_thread.converged_s",
         10.0,
@@ -192,6 +200,8 @@ def invalid_reason(scenario: dict[str, Any] | None) -> str | None:
         return "a queue ran dry during a measurement"
     if scenario.get("complete") is False:
         return "not every event became a task before the timeout"
+    if scenario.get("backlog_lasted") is False:
+        return "the backlog of finished tasks ran out before the last measurement with retention"
     return None
 
 
