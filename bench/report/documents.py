@@ -16,7 +16,7 @@ from bench.report.plots import plot_fairness, plot_overview
 from bench.report.profiles import section_profile
 from bench.report.retention import section_retention
 from bench.report.schedulers import section_director, section_workers
-from bench.report.targets import Verdict, invalid_reason, verdicts
+from bench.report.targets import RETIRED, Verdict, invalid_reason, verdicts
 from bench.report.throughput import (
     section_batched,
     section_depth,
@@ -77,6 +77,15 @@ def section_targets(found: list[Verdict], scenarios: dict[str, Any]) -> list[str
     return lines
 
 
+def section_retired() -> list[str]:
+    if not RETIRED:
+        return []
+    lines = ["Retired targets, no longer judged:", ""]
+    for retired in RETIRED:
+        lines.append(f"- {retired.name} {retired.threshold} ({retired.issue}): {retired.why}")
+    return [*lines, ""]
+
+
 def section_misses(found: list[Verdict]) -> list[str]:
     misses = [v for v in found if v.verdict in ("MISS", "INVALID")]
     lines = ["## Misses", ""]
@@ -117,6 +126,7 @@ def benchmarks_markdown(results: dict[str, Any]) -> str:
         "and SQLite](benchmarks.png)",
         "",
         *section_targets(found, scenarios),
+        *section_retired(),
         *section_misses(found),
     ]
     for name, section in SECTIONS.items():
