@@ -39,8 +39,9 @@ def test_children_are_forked_from_a_server_that_holds_no_connection_and_no_threa
         server, child = psutil.Process(runner.fork_server.pid), psutil.Process(child_pid)
         assert child.ppid() == server.pid and server.ppid() == os.getpid()
         assert server.cmdline()[1:3] == ["-m", "baton.cli.forkserver"]
-        # What `ps` shows for the child: its own command line, as if started on its own.
-        assert child.cmdline()[:6] == ["baton", "standalone", "--organisation", "acme", "--scheduler", "boefje"]
+        # What `ps` shows for the child, once it has titled itself: its own command line.
+        title = ["baton", "standalone", "--organisation", "acme", "--scheduler", "boefje"]
+        assert wait_until(lambda: child.cmdline()[:6] == title, 30), child.cmdline()
         assert scheduler_processes("acme") == [child_pid]
         assert wait_until(lambda: state_of(store, SPEC.id) == SchedulerState.RUNNING.value, 30)
         assert (location(store) or "").endswith(f":{child_pid}")  # it reports itself under its own pid
