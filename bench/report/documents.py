@@ -14,8 +14,9 @@ from bench.report.formatting import num, shown, table
 from bench.report.leases import replication_leases_markdown, section_leases
 from bench.report.plots import plot_fairness, plot_overview
 from bench.report.profiles import section_profile
+from bench.report.retention import section_retention
 from bench.report.schedulers import section_director, section_workers
-from bench.report.targets import Verdict, invalid_reason, verdicts
+from bench.report.targets import RETIRED, Verdict, invalid_reason, verdicts
 from bench.report.throughput import (
     section_batched,
     section_depth,
@@ -41,6 +42,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "fairness": section_fairness,
     "organisations": section_organisations,
     "director": section_director,
+    "retention": section_retention,
     "workers": section_workers,
     "leases": section_leases,
     "profile": section_profile,
@@ -73,6 +75,15 @@ def section_targets(found: list[Verdict], scenarios: dict[str, Any]) -> list[str
         if reason:
             lines += [f"- `{name}`: INVALID because {reason}.", ""]
     return lines
+
+
+def section_retired() -> list[str]:
+    if not RETIRED:
+        return []
+    lines = ["Retired targets, no longer judged:", ""]
+    for retired in RETIRED:
+        lines.append(f"- {retired.name} {retired.threshold} ({retired.issue}): {retired.why}")
+    return [*lines, ""]
 
 
 def section_misses(found: list[Verdict]) -> list[str]:
@@ -115,6 +126,7 @@ def benchmarks_markdown(results: dict[str, Any]) -> str:
         "and SQLite](benchmarks.png)",
         "",
         *section_targets(found, scenarios),
+        *section_retired(),
         *section_misses(found),
     ]
     for name, section in SECTIONS.items():

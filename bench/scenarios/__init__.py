@@ -18,6 +18,7 @@ NAMES = (
     "fairness",
     "organisations",
     "director",
+    "retention",
     "profile",
     "replication",
     "workers",

@@ -194,12 +194,25 @@ def build_worker(store: Store, settings: Settings) -> Any:
     return Worker(store, settings, scheduler_context(store, settings, RUNNER_NAME, broker_wait_seconds=0.0))
 
 
+def build_housekeeper(store: Store, settings: Settings) -> Any:
+    """Stuck-task recovery and the retention of finished tasks, by one worker at a time (no
+    director runs beside workers to do it)."""
+    from baton.control.housekeeping import Housekeeper
+
+    return Housekeeper(store, settings)
+
+
 def run_worker(settings: Settings) -> None:
     """Schedulers shared with every other `baton worker` on the database; RabbitMQ's organisation
     events and OpenKAT's queues are consumed here too when enabled (competing consumers), and KATalogus'
     organisations read (by the one process holding the `katalogus` lease)."""
     store = prepare_store(settings)
-    services = [*amqp_services(store, settings), *katalogus_services(store, settings), build_worker(store, settings)]
+    services = [
+        *amqp_services(store, settings),
+        *katalogus_services(store, settings),
+        build_worker(store, settings),
+        build_housekeeper(store, settings),
+    ]
     run_until_signalled(services)
 
 

@@ -70,13 +70,14 @@ def descends_from_us(status: str, depth: int = 4) -> bool:
 
 def scheduler_processes(organisation: str) -> list[int]:
     """PIDs of live `baton standalone` processes for an organisation started by this test process or
-    its children (not another test run's on the same machine), read from /proc."""
+    its children (not another test run's on the same machine), read from /proc. A process forked by
+    the fork server shows its command line as one title, words apart by spaces."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").split()
             status = (entry / "status").read_text()
         except OSError:
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,5 +104,27 @@ def test_a_scheduler_process_imports_only_what_a_scheduler_needs(
     modules = run_scheduler_process(store, SchedulerSpec("lean", scheduler_type), tmp_path / "modules.txt")
 
     assert "baton.ingest.scheduler" in modules and "sqlalchemy" in modules  # the log is complete
+    assert sorted(NOT_IN_A_SCHEDULER & {name.split(".")[0] for name in modules}) == []
+    assert sorted(name for name in modules if name.startswith(BATON_LAYERS_NOT_IN_A_SCHEDULER)) == []
+
+
+# What the process runner's fork server has imported, and rehearsed, when it forks a child: every
+# forked scheduler process starts with these modules (cli/forkserver.py).
+FORK_SERVER_MODULES = """
+import sys
+from baton.cli.forkserver import preload
+preload()
+print("\\n".join(sorted(sys.modules)))
+"""
+
+
+def test_the_fork_server_imports_only_what_a_scheduler_needs(store: Store) -> None:
+    env = {**os.environ, "BATON_DATABASE_URL": store.url}
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_SERVER_MODULES], env=env, capture_output=True, text=True, check=True
+    )
+    modules = set(done.stdout.split())
+
+    assert {"baton.runtime", "baton.ingest.registry", "sqlalchemy.orm", "psycopg"} <= modules
     assert sorted(NOT_IN_A_SCHEDULER & {name.split(".")[0] for name in modules}) == []
     assert sorted(name for name in modules if name.startswith(BATON_LAYERS_NOT_IN_A_SCHEDULER)) == []

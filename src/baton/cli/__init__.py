@@ -6,11 +6,14 @@ or BATON_DEBUG=1 shows the traceback instead.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from typing import Any
 
 import click
 import typer
+import typer.main
 
 from baton.cli.app import app
 from baton.cli.errors import explain
@@ -29,13 +32,20 @@ except ImportError:  # a typer that uses click itself
     pass
 
 
+@functools.cache
+def command() -> Any:
+    """The click command typer makes of `app`, made once (the fork server makes it before forking).
+    `Any`: a click command, of click itself or of the copy recent typer releases carry."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = os.environ.get("BATON_DEBUG", "").strip().lower() in TRUTHY or "--debug" in args
     args = [arg for arg in args if arg != "--debug"]
     configure_logging(os.environ.get("BATON_LOG_LEVEL", "info"), os.environ.get("BATON_LOG_JSON", "").lower() in TRUTHY)
     try:
-        outcome = app(args=args, prog_name="baton", standalone_mode=False)
+        outcome = command().main(args=args, prog_name="baton", standalone_mode=False)
     except USAGE_ERRORS as exc:
         exc.show()  # type: ignore[attr-defined]
         sys.exit(exc.exit_code)  # type: ignore[attr-defined]
@@ -49,4 +59,4 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(outcome if isinstance(outcome, int) else 0)
 
 
-__all__ = ["app", "main"]
+__all__ = ["app", "command", "main"]

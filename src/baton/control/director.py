@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
+from baton.control.housekeeping import Housekeeping
 from baton.control.leadership import LeaderElector, SingleProcessLeader
 from baton.control.runners import Runner
 from baton.core.heartbeat import is_stale
@@ -24,7 +25,6 @@ from baton.storage.engine import Store
 from baton.storage.leadership import DIRECTOR_ROLE, report_leadership
 from baton.storage.scheduler_leases import revoke_claims
 from baton.storage.scheduler_rows import all_specs, heartbeats
-from baton.storage.tasks import requeue_stuck
 
 log = get_logger("baton.director")
 
@@ -36,6 +36,7 @@ class ReconcileReport:
     restarted: list[str] = field(default_factory=list)
     requeued: int = 0
     failed: int = 0
+    removed: int = 0  # finished tasks past their retention
 
 
 class Director(BackgroundService):
@@ -63,6 +64,7 @@ class Director(BackgroundService):
         # When this director last launched each scheduler: a heartbeat older than that was written by
         # a previous incarnation (e.g. in a dead director's container), not by the one now starting.
         self.launched_at: dict[str, datetime] = {}
+        self.housekeeping = Housekeeping(store, settings, self._stop)
 
     def desired(self) -> set[SchedulerSpec]:
         with self.store.control_session() as session:
@@ -104,16 +106,6 @@ class Director(BackgroundService):
         with self.store.control_session() as session:
             revoked = revoke_claims(session, term)
         log.info("leading", term=term, revoked_claims=revoked)
-
-    def recover_stuck_tasks(self) -> tuple[int, int]:
-        """Re-queue tasks whose runner went silent (SKIP LOCKED: safe even if two leaders overlap)."""
-        recovery = self.settings.recovery
-        cutoff = utcnow() - timedelta(seconds=recovery.task_timeout_seconds)
-        with self.store.control_session() as session:
-            requeued, failed = requeue_stuck(session, older_than=cutoff, max_attempts=recovery.task_max_attempts)
-        if requeued or failed:
-            log.warning("recovered stuck tasks", requeued=requeued, failed=failed)
-        return requeued, failed
 
     def reconcile(self) -> ReconcileReport:
         # Launch times are taken before the launch: a thread may heartbeat before start() returns.
@@ -162,7 +154,8 @@ class Director(BackgroundService):
         return True
 
     def step(self, renew: bool = True) -> ReconcileReport | None:
-        """One round: (renew leadership, unless a thread of its own does,) then reconcile if leading."""
+        """One round: (renew leadership, unless a thread of its own does,) then, if leading, reconcile
+        and keep house (control/housekeeping.py)."""
         if renew and not self.keep_leadership():
             return None
         with self._office:
@@ -170,8 +163,11 @@ class Director(BackgroundService):
                 return None
             self.record_leadership()
             report = self.reconcile()
-            report.requeued, report.failed = self.recover_stuck_tasks()
-            return report
+            report.requeued, report.failed = self.housekeeping.recover_stuck_tasks()
+        # Outside the office: stepping down need not wait for it, and a removal after a lost term
+        # does no harm (whoever leads next removes the same tasks, each once).
+        report.removed = self.housekeeping.remove_expired()
+        return report
 
     def _renew_until_stopped(self) -> None:
         """Leadership is renewed every retry period in a thread of its own, so a long reconcile

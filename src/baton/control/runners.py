@@ -3,16 +3,14 @@
 The director calls `start`, `stop`, `list`, `status` and, once per reconcile round, `supervise`,
 which restarts schedulers that died, with exponential backoff. The scheduler code is the same in
 every runner: the thread runner takes it through its turns on a few shared threads (tickpool.py), a
-child process runs `baton standalone`, which calls `Scheduler.run()`.
+child process runs `baton standalone`, which calls `Scheduler.run()` (forked from a pre-imported fork
+server: control/forking.py).
 """
 
 from __future__ import annotations
 
 import builtins
-import ctypes
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -21,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from baton.control.forking import Child, ExecutedChild, ForkServer, fork_server_supported, stop_children
 from baton.control.tickpool import TickPool, Turns
 from baton.core.backoff import RESTART, Backoff, fresh
 from baton.core.logging import get_logger
@@ -314,50 +313,50 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
                 log.warning("scheduler did not stop in time", scheduler=handle.scheduler.id)
 
 
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the director dies, so no orphan runs on."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
-
-
-class ProcessRunner(SupervisingRunner["subprocess.Popen[bytes]"]):
-    """Schedulers as child processes, each running `baton standalone` (what a pod would run)."""
+class ProcessRunner(SupervisingRunner[Child]):
+    """Schedulers as child processes, each running `baton standalone` (what a pod would run): forked
+    from a fork server that has imported what they run (control/forking.py), or a fresh interpreter
+    each with `fork_server=False` (or where the kernel has no pidfds)."""
 
     name = "process"
 
-    def __init__(self, store: Store, database_url: str, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, store: Store, database_url: str, extra_env: dict[str, str] | None = None, fork_server: bool = True
+    ) -> None:
         super().__init__(store)
         self.database_url = database_url
         self.extra_env = extra_env or {}
+        self.fork_server = ForkServer(self.environment) if fork_server and fork_server_supported() else None
+
+    def environment(self) -> dict[str, str]:
+        return {**os.environ, **self.extra_env, "BATON_DATABASE_URL": self.database_url}
 
     def command(self, spec: SchedulerSpec) -> list[str]:
+        """What a child runs: this command line, or, forked, the same arguments in-process."""
         return [sys.executable, "-m", "baton", *standalone_args(spec, self.name, self.leader_term)]
 
-    def _owner_prefix(self, handle: subprocess.Popen[bytes]) -> str:
+    def _owner_prefix(self, handle: Child) -> str:
         return owner_prefix(handle.pid)
 
-    def _launch(self, spec: SchedulerSpec) -> subprocess.Popen[bytes]:
-        env = {**os.environ, **self.extra_env, "BATON_DATABASE_URL": self.database_url}
-        return subprocess.Popen(self.command(spec), env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    def _launch(self, spec: SchedulerSpec) -> Child:
+        if self.fork_server is None:
+            return ExecutedChild(self.command(spec), self.environment())
+        return self.fork_server.fork(standalone_args(spec, self.name, self.leader_term))
 
-    def _alive(self, handle: subprocess.Popen[bytes]) -> bool:
-        return handle.poll() is None
+    def _alive(self, handle: Child) -> bool:
+        return handle.alive()
 
-    def _terminate(self, handle: subprocess.Popen[bytes], timeout: float) -> None:
-        if handle.poll() is not None:
-            return
-        handle.terminate()
-        try:
-            handle.wait(timeout)
-        except subprocess.TimeoutExpired:
-            handle.kill()
-            handle.wait()
+    def _terminate(self, handle: Child, timeout: float) -> None:
+        stop_children([handle], timeout)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop every child at once, then the fork server (started again by the next launch)."""
+        with self._lock:
+            children = [entry.handle for entry in self._entries.values()]
+            self._entries.clear()
+        stop_children(children, timeout)
+        if self.fork_server is not None:
+            self.fork_server.close()
 
     def pid(self, scheduler_id: str) -> int | None:
         with self._lock:

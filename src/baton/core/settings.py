@@ -175,6 +175,13 @@ class RecoverySettings(BaseSettings):
     task_max_attempts: int = Field(
         3, ge=1, description="Re-queues before a stuck task is marked `failed` with the reason."
     )
+    task_retention_days: int = Field(
+        30,
+        ge=0,
+        description="Completed, failed and cancelled tasks are deleted this many days after their last change, in "
+        "small batches beside the pops and pushes; 0 keeps every task. Schedules and the record of when each "
+        "boefje last ran on an object (rescans, the grace period) are kept.",
+    )
 
 
 class OpenKatSettings(BaseSettings):
@@ -341,7 +348,8 @@ class Settings(BaseSettings):
     )
     recovery: RecoverySettings = Field(
         default_factory=RecoverySettings,
-        description="Stuck tasks: what the leading director does with a task nobody reports on.",
+        description="Housekeeping: what happens to a task nobody reports on, and how long finished tasks are kept "
+        "(done by the leading director, or by one `baton worker` at a time).",
     )
     openkat: OpenKatSettings = Field(
         default_factory=OpenKatSettings,

@@ -27,6 +27,9 @@ from baton.storage.tables import LeaderRecord
 
 DIRECTOR_ROLE = "director"
 LIVENESS_LOCK_KEY = 0x0BA7_0002
+# Housekeeping where no director runs (control/housekeeping.py): one `baton worker` at a time.
+HOUSEKEEPER_ROLE = "housekeeper"
+HOUSEKEEPER_LIVENESS_LOCK_KEY = 0x0BA7_0004
 
 
 @dataclass(frozen=True)

@@ -353,3 +353,11 @@ class WorkerRecord(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+def configure_orm() -> None:
+    """Set up the ORM's mappers now rather than at the first query (a fork server does it once, so its
+    children share those pages)."""
+    from sqlalchemy.orm import configure_mappers
+
+    configure_mappers()

@@ -1,0 +1,145 @@
+"""Housekeeping: re-queue tasks whose runner went silent, and remove finished tasks past their
+retention (`BATON_TASK_RETENTION_DAYS`).
+
+The leading director does both in each of its rounds (control/director.py). Where no director runs
+(`baton worker`s share the schedulers), a `Housekeeper` in every worker does it, and one worker at a
+time: the one holding the `housekeeper` lease (a `leaders` row like the director's, renewed each
+retry period, taken over when its holder dies). The lease only saves work, safety does not rest
+on it: recovery and removal lock what they change with SKIP LOCKED, so two housekeepers (or a
+director beside workers) never take the same task twice.
+
+Removal is paced so that pops and pushes keep the database: a batch of 1,000 tasks per short
+transaction, then a pause as long as the batch took (one connection busy half the time at most),
+for at most a second per round; a backlog of millions is worked off over several minutes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from baton.control.leadership import DatabaseLeaseLeader, LeaderElector
+from baton.core.errors import DatabaseUnavailableError
+from baton.core.identity import process_location
+from baton.core.logging import get_logger
+from baton.core.model import utcnow
+from baton.core.retention import pause_after, retention_cutoff
+from baton.core.settings import Settings
+from baton.core.supervision import BackgroundService
+from baton.storage.engine import Store
+from baton.storage.leadership import HOUSEKEEPER_LIVENESS_LOCK_KEY, HOUSEKEEPER_ROLE
+from baton.storage.retention import delete_finished
+from baton.storage.tasks import requeue_stuck
+
+log = get_logger("baton.housekeeping")
+
+RETENTION_BATCH = 1_000
+RETENTION_SHARE = 0.5  # of one connection's time, while removing
+RETENTION_SECONDS_PER_ROUND = 1.0
+
+
+@dataclass
+class HousekeepingReport:
+    requeued: int = 0
+    failed: int = 0
+    removed: int = 0
+
+
+class Housekeeping:
+    """The work itself, one round at a time; whoever calls it decides who may (see the module)."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        stop: threading.Event | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self._stop = stop or threading.Event()  # cuts a round's pauses short
+        self._clock = clock
+
+    def round(self) -> HousekeepingReport:
+        requeued, failed = self.recover_stuck_tasks()
+        return HousekeepingReport(requeued, failed, self.remove_expired())
+
+    def recover_stuck_tasks(self) -> tuple[int, int]:
+        """Re-queue tasks whose runner went silent (SKIP LOCKED: safe even if two leaders overlap)."""
+        recovery = self.settings.recovery
+        cutoff = utcnow() - timedelta(seconds=recovery.task_timeout_seconds)
+        with self.store.control_session() as session:
+            requeued, failed = requeue_stuck(session, older_than=cutoff, max_attempts=recovery.task_max_attempts)
+        if requeued or failed:
+            log.warning("recovered stuck tasks", requeued=requeued, failed=failed)
+        return requeued, failed
+
+    def remove_expired(self, seconds: float = RETENTION_SECONDS_PER_ROUND) -> int:
+        """Remove finished tasks past their retention, batch by batch, for about `seconds` at most
+        (the rest waits for the next round); how many were removed."""
+        cutoff = retention_cutoff(utcnow(), self.settings.recovery.task_retention_days)
+        if cutoff is None:
+            return 0
+        deadline = self._clock() + seconds
+        removed = 0
+        while not self._stop.is_set():
+            started = self._clock()
+            with self.store.session() as session:
+                batch = delete_finished(session, cutoff, RETENTION_BATCH)
+            removed += batch
+            pause = pause_after(self._clock() - started, RETENTION_SHARE)
+            if batch < RETENTION_BATCH or self._clock() + pause >= deadline:
+                break
+            self._stop.wait(pause)
+        if removed:
+            log.info("removed finished tasks past their retention", removed=removed)
+        return removed
+
+
+class Housekeeper(BackgroundService):
+    """Housekeeping in a process without a director (a `baton worker`), while it holds the lease."""
+
+    thread_name = "housekeeper"
+
+    def __init__(
+        self, store: Store, settings: Settings, elector: LeaderElector | None = None, holder: str | None = None
+    ) -> None:
+        super().__init__()
+        self.housekeeping = Housekeeping(store, settings, self._stop)
+        self.elector = elector or DatabaseLeaseLeader(
+            store,
+            holder or process_location(),
+            settings.leases,
+            role=HOUSEKEEPER_ROLE,
+            liveness_key=HOUSEKEEPER_LIVENESS_LOCK_KEY,
+        )
+        # A round (at most about a second of removal) plus this stays well inside the renew deadline.
+        self.interval = settings.leases.retry_period_seconds
+        self._outage = False
+
+    def step(self) -> HousekeepingReport | None:
+        """Renew (or take) the lease; while holding it, one round. None while another process holds it."""
+        if not self.elector.acquire_or_renew():
+            return None
+        return self.housekeeping.round()
+
+    def run(self) -> None:
+        while not self.stopping:
+            try:
+                self.step()
+                if self._outage:
+                    log.info("database back; housekeeping resumes")
+                    self._outage = False
+            except DatabaseUnavailableError as exc:
+                if not self._outage:
+                    log.warning("database unavailable; housekeeping waits", error=exc.reason)
+                    self._outage = True
+            except Exception:
+                log.exception("housekeeping round failed; retrying")
+            self._stop.wait(self.interval)
+
+    def stopped(self, timeout: float) -> None:
+        self.elector.release()
