@@ -179,6 +179,10 @@ def run_until_signalled(services: Sequence[Service]) -> None:
 
 
 def run_director(settings: Settings, runner_kind: RunnerKind) -> None:
+    if runner_kind is RunnerKind.process:
+        from baton.control.children import prepare_in_background
+
+        prepare_in_background()  # the children's fork server imports Baton meanwhile
     store = prepare_store(settings)
     run_until_signalled(director_services(store, settings, runner_kind))
 

@@ -69,8 +69,10 @@ def descends_from_us(status: str, depth: int = 4) -> bool:
 
 
 def scheduler_processes(organisation: str) -> list[int]:
-    """PIDs of live `baton standalone` processes for an organisation started by this test process or
-    its children (not another test run's on the same machine), read from /proc."""
+    """PIDs of live scheduler processes for an organisation started by this test process or its
+    children (not another test run's on the same machine), read from /proc: `baton standalone`
+    command lines, and the process runner's forked children, which bear their scheduler's id as
+    their name (/proc/PID/comm, 15 characters)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -78,11 +80,13 @@ def scheduler_processes(organisation: str) -> list[int]:
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
             status = (entry / "status").read_text()
+            name = (entry / "comm").read_text().strip()
         except OSError:
             continue
         if "State:\tZ" in status or not descends_from_us(status):
             continue
-        if b"standalone" in argv and organisation.encode() in argv:
+        forked = any(name == f"{kind.value}-{organisation}"[:15] for kind in SchedulerType)
+        if forked or (b"standalone" in argv and organisation.encode() in argv):
             pids.append(int(entry.name))
     return pids
 
@@ -129,6 +133,36 @@ def test_process_runner_restarts_a_killed_child(store: Store) -> None:
         runner.shutdown()
     assert wait_until(lambda: scheduler_processes("acme") == [], 10)
     assert state_of(store, spec.id) == SchedulerState.STOPPED.value
+
+
+def test_process_runner_forks_children_from_a_server_that_imported_baton(store: Store) -> None:
+    """Nine children at once, as a director taking over runs them: each is forked from the fork
+    server (its parent is not this process, and it imports nothing of its own: no `python -m baton`
+    command line of its own), yet runs `baton standalone` as a pod would."""
+    organisations = ["acme", "beta", "gamma"]
+    for org in organisations:
+        add_org(store, org)
+    runner = ProcessRunner(store, store.url, extra_env=FAST)
+    specs = [SchedulerSpec(org, kind) for org in organisations for kind in SchedulerType]
+    started = time.monotonic()
+    try:
+        runner.start_many(specs)
+        assert wait_until(lambda: all(state_of(store, s.id) == SchedulerState.RUNNING.value for s in specs), 60)
+        print(f"{len(specs)} children running {time.monotonic() - started:.2f} s after they were started")
+        for spec in specs:
+            pid = runner.pid(spec.id)
+            assert pid is not None and pid in scheduler_processes(spec.organisation)
+            status = Path(f"/proc/{pid}/status").read_text()
+            parent = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+            assert parent != os.getpid()  # the fork server's child, not ours
+            assert b"standalone" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+            row = scheduler_row(store, spec.id)
+            assert row is not None and row.runner == "process" and row.location is not None
+            assert row.location.endswith(f":{pid}")
+    finally:
+        runner.shutdown()
+    assert all(state_of(store, spec.id) == SchedulerState.STOPPED.value for spec in specs)
+    assert all(scheduler_processes(org) == [] for org in organisations)
 
 
 def test_director_reconciles_organisations_idempotently(store: Store) -> None:

@@ -3,24 +3,24 @@
 The director calls `start`, `stop`, `list`, `status` and, once per reconcile round, `supervise`,
 which restarts schedulers that died, with exponential backoff. The scheduler code is the same in
 every runner: the thread runner takes it through its turns on a few shared threads (tickpool.py), a
-child process runs `baton standalone`, which calls `Scheduler.run()`.
+child process runs `baton standalone` (forked from a server that imported Baton: children.py),
+which calls `Scheduler.run()`.
 """
 
 from __future__ import annotations
 
 import builtins
-import ctypes
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
 from typing import Generic, Protocol, TypeVar
 
+from baton.control import children
 from baton.control.tickpool import TickPool, Turns
 from baton.core.backoff import RESTART, Backoff, fresh
 from baton.core.errors import DatabaseUnavailableError
@@ -320,20 +320,10 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
                 log.warning("scheduler did not stop in time", scheduler=handle.scheduler.id)
 
 
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the director dies, so no orphan runs on."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
-
-
-class ProcessRunner(SupervisingRunner["subprocess.Popen[bytes]"]):
-    """Schedulers as child processes, each running `baton standalone` (what a pod would run)."""
+class ProcessRunner(SupervisingRunner[BaseProcess]):
+    """Schedulers as child processes, each running `baton standalone` (what a pod would run), forked
+    from a server that imported Baton once (control/children.py): a child runs within milliseconds,
+    not after a fresh interpreter's second of imports."""
 
     name = "process"
 
@@ -341,29 +331,24 @@ class ProcessRunner(SupervisingRunner["subprocess.Popen[bytes]"]):
         super().__init__(store)
         self.database_url = database_url
         self.extra_env = extra_env or {}
+        children.prepare()  # a standby has it ready before it leads
 
     def command(self, spec: SchedulerSpec) -> list[str]:
+        """The command line a child runs (forked, as `baton` with these arguments)."""
         return [sys.executable, "-m", "baton", *standalone_args(spec, self.name, self.leader_term)]
 
-    def _owner_prefix(self, handle: subprocess.Popen[bytes]) -> str:
-        return owner_prefix(handle.pid)
+    def _owner_prefix(self, handle: BaseProcess) -> str:
+        return owner_prefix(handle.pid or 0)
 
-    def _launch(self, spec: SchedulerSpec) -> subprocess.Popen[bytes]:
+    def _launch(self, spec: SchedulerSpec) -> BaseProcess:
         env = {**os.environ, **self.extra_env, "BATON_DATABASE_URL": self.database_url}
-        return subprocess.Popen(self.command(spec), env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        return children.start_child(standalone_args(spec, self.name, self.leader_term), env, spec.id)
 
-    def _alive(self, handle: subprocess.Popen[bytes]) -> bool:
-        return handle.poll() is None
+    def _alive(self, handle: BaseProcess) -> bool:
+        return handle.is_alive()
 
-    def _terminate(self, handle: subprocess.Popen[bytes], timeout: float) -> None:
-        if handle.poll() is not None:
-            return
-        handle.terminate()
-        try:
-            handle.wait(timeout)
-        except subprocess.TimeoutExpired:
-            handle.kill()
-            handle.wait()
+    def _terminate(self, handle: BaseProcess, timeout: float) -> None:
+        children.stop_child(handle, timeout)
 
     def pid(self, scheduler_id: str) -> int | None:
         with self._lock:
