@@ -77,6 +77,7 @@ def test_a_failure_that_began_before_the_last_outage_ended_does_not_open_another
     outages.succeeded(outages.mark)
     assert not outages.failed(during, "connection refused")
     assert outages.available and outages.outages == 1
+    assert [level for level, _, _ in log.lines] == ["warning", "info"]
 
 
 def test_a_success_of_an_attempt_begun_before_the_outage_does_not_end_it() -> None:
@@ -85,6 +86,7 @@ def test_a_success_of_an_attempt_begun_before_the_outage_does_not_end_it() -> No
     outages.failed(outages.mark, "connection lost")
     assert not outages.succeeded(early)  # it may have committed before the failure
     assert not outages.available
+    assert [level for level, _, _ in log.lines] == ["warning"]
     assert outages.succeeded(outages.mark)
 
 
