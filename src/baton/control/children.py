@@ -18,7 +18,9 @@ import ctypes
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import runpy
 import signal
+import sys
 import threading
 from multiprocessing.process import BaseProcess
 
@@ -84,14 +86,14 @@ def _exit_at_once() -> None:
 
 
 def _run(args: list[str], env: dict[str, str], name: str) -> None:
-    """In the child: what `python -m baton <args>` does, in the environment it was given."""
+    """In the child: `python -m baton <args>`, in the environment it was given (the same command
+    line a fresh interpreter ran, so the layers above this one are not imported here by name)."""
     _name_and_tie_to_parent(name)
     _let_the_fork_server_end()
     os.environ.clear()
     os.environ.update(env)
-    from baton.cli import main
-
-    main(args)
+    sys.argv = ["baton", *args]
+    runpy.run_module("baton", run_name="__main__", alter_sys=True)
 
 
 def _name_and_tie_to_parent(name: str) -> None:
