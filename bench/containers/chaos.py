@@ -81,14 +81,24 @@ class Chaos:
         )
         self.actions.append(action)
 
-    def kill_scheduler(self, scheduler_id: str, service: str) -> None:
-        [(location,)] = self.stack.query("SELECT location FROM schedulers WHERE id = %s", scheduler_id)
-        host, pid = str(location).rsplit(":", 1)
-        container = self.stack.hostnames(service)[host]
-        action = Action(
-            f"`kill -9` scheduler {scheduler_id} (pid {pid} in {service} {container.rsplit('_', 1)[1]})", time.time()
-        )
-        podman("exec", container, "python", "-c", f"import os; os.kill({int(pid)}, 9)")
+    def kill_scheduler(self, scheduler_id: str, service: str, attempts: int = 5) -> None:
+        """SIGKILL the scheduler's process, named by its row; a row that names a process gone already
+        (restarted since: its new process claims the row within moments) is read again."""
+        for attempt in range(attempts):
+            [(location,)] = self.stack.query("SELECT location FROM schedulers WHERE id = %s", scheduler_id)
+            host, pid = str(location).rsplit(":", 1)
+            container = self.stack.hostnames(service)[host]
+            action = Action(
+                f"`kill -9` scheduler {scheduler_id} (pid {pid} in {service} {container.rsplit('_', 1)[1]})",
+                time.time(),
+            )
+            try:
+                podman("exec", container, "python", "-c", f"import os; os.kill({int(pid)}, 9)")
+                break
+            except RuntimeError as exc:
+                if "No such process" not in str(exc) or attempt == attempts - 1:
+                    raise
+                time.sleep(2)
 
         def restarted() -> bool:
             rows = self.stack.query("SELECT location, state FROM schedulers WHERE id = %s", scheduler_id)

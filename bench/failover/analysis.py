@@ -12,6 +12,7 @@ from bench.failover.load import Answer, ProbeRecord
 
 WARNING = re.compile(r"\[warn(ing)?\s*\]|\bWARNING\b|\"level\": ?\"warning\"")
 TRACEBACK = "Traceback (most recent call last)"
+RECOVERY = re.compile(r"database available again")
 
 
 def database_outage(probe: ProbeRecord, fault_at: float) -> dict[str, float | None]:
@@ -97,6 +98,7 @@ def log_audit(lines: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
         name: {
             "tracebacks": sum(1 for line in text if TRACEBACK in line),
             "warnings": sum(1 for line in text if WARNING.search(line)),
+            "recoveries": sum(1 for line in text if RECOVERY.search(line)),
             "warning_lines": sorted({_shape(line) for line in text if WARNING.search(line)})[:8],
         }
         for name, text in lines.items()

@@ -55,12 +55,13 @@ def _scenario(outcome: dict[str, Any]) -> list[str]:
         f"{tasks['duplicated_pushes']} pushed twice, {tasks['stranded']} stranded** (`dispatched`, no client received "
         "them).",
         "",
-        "| process | tracebacks | warning lines | distinct warnings |",
-        "| --- | --- | --- | --- |",
+        "| process | tracebacks | warning lines | recovery lines | distinct warnings |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for name, log in outcome["logs"].items():
         shapes = "<br>".join(f"`{shape.replace('|', '/')}`" for shape in log["warning_lines"]) or NONE
-        lines.append(f"| {name} | {log['tracebacks']} | {log['warnings']} | {shapes} |")
+        recoveries = log.get("recoveries", NONE)
+        lines.append(f"| {name} | {log['tracebacks']} | {log['warnings']} | {recoveries} | {shapes} |")
     return [*lines, ""]
 
 
@@ -85,8 +86,9 @@ def write_docs(results: dict[str, Any]) -> None:
         "first leadership renewal on the database's clock.",
         "- *Lost*: pushes answered 201 whose task is not in the database. *Stranded*: tasks `dispatched` that "
         "no client received. Counted from every answer the clients recorded and the database afterwards.",
-        "- *Warning lines*: in each process's log while the scenario ran (psycopg's pool logs each failed "
-        "reconnect attempt).",
+        "- *Warning lines*: in each process's log while the scenario ran; *recovery lines*: its `database "
+        "available again` lines. Baton logs a database outage once per process: one warning when it begins, one "
+        "recovery line when it ends (a restart followed by a failover can be two outages).",
         "",
     ]
     for outcome in results["scenarios"]:

@@ -22,7 +22,14 @@ from baton.core.model import RunnerKind, SchedulerSpec, SchedulerType
 from baton.core.settings import Settings
 from baton.ingest.catalogue import seed_catalogue
 from baton.ingest.events import CompositeSource, DatabaseInbox, EventSource
-from baton.storage.engine import Store, database_error, migrate_store, open_store, require_current_schema
+from baton.storage.engine import (
+    Store,
+    database_error,
+    migrate_store,
+    open_store,
+    open_store_when_reachable,
+    require_current_schema,
+)
 
 log = get_logger("baton.runtime")
 
@@ -48,9 +55,10 @@ def prepare_store(settings: Settings) -> Store:
     return store
 
 
-def current_store(settings: Settings) -> Store:
-    """Open the store without migrating; refuse a database whose schema is not current."""
-    store = open_store(settings.database_url)
+def current_store(settings: Settings, wait_for_database: bool = False) -> Store:
+    """Open the store without migrating; refuse a database whose schema is not current. With
+    `wait_for_database`, wait out an outage instead of failing (a director's child)."""
+    store = open_store_when_reachable(settings.database_url) if wait_for_database else open_store(settings.database_url)
     require_current_schema(store)
     return store
 
@@ -295,7 +303,9 @@ def run_standalone(
     from baton.ingest.registry import build_scheduler
     from baton.storage.tables import Scheduler as SchedulerRow
 
-    store = current_store(settings)
+    # A director's child waits out a database outage: its director supervises it, and exiting would
+    # only cost a restart (a fresh interpreter, the restart back-off) once the database is back.
+    store = current_store(settings, wait_for_database=leader_term is not None)
     with store.session() as session:
         if session.get(SchedulerRow, spec.id) is None:
             raise ConfigurationError(

@@ -331,6 +331,26 @@ def test_on_postgresql_a_dead_holder_is_replaced_at_once_after_renewals_too(pg_s
         second.release()
 
 
+def test_on_postgresql_a_lock_freed_by_a_server_restart_deposes_nobody(pg_store: Store) -> None:
+    """A restart of PostgreSQL frees the leader's liveness lock with every other connection: a standby
+    that gets the lock first must not take that for the leader's death (its lease still counts), and
+    the leader renews in the same term. The restart is played by a last renewal dated before the
+    server started, and the lock connection ended."""
+    first, second = DatabaseLeaseLeader(pg_store, "a:1", LEASES), DatabaseLeaseLeader(pg_store, "b:2", LEASES)
+    try:
+        assert first.acquire_or_renew()
+        with pg_store.session() as session:
+            session.execute(text("UPDATE leaders SET renewed_at = pg_postmaster_start_time() - interval '1 second'"))
+        kill_lock_connection(pg_store)
+        assert not second.acquire_or_renew()  # it got the lock, but the lock said nothing
+        assert first.acquire_or_renew() and first.term == 1
+        kill_lock_connection(pg_store)  # renewed on this server since: now a dead holder is replaced at once
+        assert second.acquire_or_renew() and second.term == 2
+    finally:
+        first.release()
+        second.release()
+
+
 def test_a_claimant_does_not_claim_again_what_it_runs_when_the_lease_lapsed(store: Store) -> None:
     """Renewals late under load let a lease lapse while its scheduler still runs here: claiming the
     row again would fence out that very scheduler (and leave the new claim run by nobody)."""

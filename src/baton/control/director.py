@@ -3,7 +3,8 @@
 Each round the leading director compares what should run (one scheduler per scheduler row in the
 database, i.e. per organisation and type) with what its runner runs, starts what is missing, stops
 what is no longer wanted, restarts what died and what stopped heartbeating. Every step is
-idempotent, so a restarted director simply converges again.
+idempotent, so a restarted director simply converges again. A database outage is logged once (by
+storage/errors.py's tracker), not per round; when it ends the director renews and reconciles at once.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from datetime import datetime
 from baton.control.housekeeping import Housekeeping
 from baton.control.leadership import LeaderElector, SingleProcessLeader
 from baton.control.runners import Runner
+from baton.core.errors import DatabaseUnavailableError
 from baton.core.heartbeat import is_stale
 from baton.core.identity import process_location
 from baton.core.logging import get_logger
@@ -22,6 +24,7 @@ from baton.core.model import SchedulerSpec, utcnow
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
 from baton.storage.engine import Store
+from baton.storage.errors import DATABASE
 from baton.storage.leadership import DIRECTOR_ROLE, report_leadership
 from baton.storage.scheduler_leases import revoke_claims
 from baton.storage.scheduler_rows import all_specs, heartbeats
@@ -61,6 +64,7 @@ class Director(BackgroundService):
         self._said_following = False
         self._office = threading.RLock()  # taking office, stepping down and reconciling never interleave
         self._wake = threading.Event()
+        self._renew_now = threading.Event()
         # When this director last launched each scheduler: a heartbeat older than that was written by
         # a previous incarnation (e.g. in a dead director's container), not by the one now starting.
         self.launched_at: dict[str, datetime] = {}
@@ -140,7 +144,9 @@ class Director(BackgroundService):
         with self._office:
             if not leading:
                 if self.is_leader:
-                    log.warning("lost leadership; stopping local schedulers", term=self.term)
+                    # In a database outage, its expected consequence (the outage is logged already).
+                    say = log.warning if DATABASE.available else log.info
+                    say("lost leadership; stopping local schedulers", term=self.term)
                     self.runner.shutdown()
                     self.launched_at.clear()
                 elif not self._said_following:
@@ -175,25 +181,41 @@ class Director(BackgroundService):
         while not self.stopping:
             try:
                 self.keep_leadership()
+            except DatabaseUnavailableError:
+                pass  # logged once, as an outage (storage/errors.py); renewed again when it ends
             except Exception:
                 log.exception("leadership round failed; retrying")
-            self._stop.wait(self.settings.leases.retry_period_seconds)
+            self._renew_now.wait(self.settings.leases.retry_period_seconds)
+            self._renew_now.clear()
 
     def run(self) -> None:
         log.info("director running", runner=self.runner.name)
         renewer = threading.Thread(target=self._renew_until_stopped, name="leadership", daemon=True)
         renewer.start()
-        while not self.stopping:
-            try:
-                self.step(renew=False)
-            except Exception:
-                log.exception("reconcile round failed; retrying")
-            self._wake.wait(self.settings.timing.reconcile_interval_seconds)
-            self._wake.clear()
+        unsubscribe = DATABASE.on_recovery(self._database_back)
+        try:
+            while not self.stopping:
+                try:
+                    self.step(renew=False)
+                except DatabaseUnavailableError:
+                    pass  # logged once, as an outage (storage/errors.py); the next round comes when it ends
+                except Exception:
+                    log.exception("reconcile round failed; retrying")
+                self._wake.wait(self.settings.timing.reconcile_interval_seconds)
+                self._wake.clear()
+        finally:
+            unsubscribe()
         renewer.join(10)
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def _database_back(self) -> None:
+        """An outage ended: renew and reconcile now, not at the next round."""
+        self._renew_now.set()
         self._wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._renew_now.set()
         super().stop(timeout)
 
     def stopped(self, timeout: float) -> None:

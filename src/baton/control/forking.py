@@ -162,11 +162,15 @@ class ForkServer:
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
 
+    def start(self) -> None:
+        """Start the server now if it does not run: it imports in its own process meanwhile."""
+        with self._lock:
+            self._start_unless_running()
+
     def fork(self, argv: list[str]) -> ForkedChild:
         """A new child running `baton <argv>`."""
         with self._lock:
-            if self.process is None or self.process.poll() is not None or self._channel is None:
-                self._start()
+            self._start_unless_running()
             assert self._channel is not None
             try:
                 self._channel.sendall(json.dumps({"argv": argv}).encode())
@@ -178,6 +182,10 @@ class ForkServer:
                 self._close_locked()
                 raise RuntimeError("the fork server exited; it is started again on the next fork")
             return ForkedChild(int(json.loads(message)["pid"]), fds[0])
+
+    def _start_unless_running(self) -> None:
+        if self.process is None or self.process.poll() is not None or self._channel is None:
+            self._start()
 
     def _start(self) -> None:
         if self.process is not None:

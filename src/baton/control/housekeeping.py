@@ -118,7 +118,6 @@ class Housekeeper(BackgroundService):
         )
         # A round (at most about a second of removal) plus this stays well inside the renew deadline.
         self.interval = settings.leases.retry_period_seconds
-        self._outage = False
 
     def step(self) -> HousekeepingReport | None:
         """Renew (or take) the lease; while holding it, one round. None while another process holds it."""
@@ -130,13 +129,8 @@ class Housekeeper(BackgroundService):
         while not self.stopping:
             try:
                 self.step()
-                if self._outage:
-                    log.info("database back; housekeeping resumes")
-                    self._outage = False
-            except DatabaseUnavailableError as exc:
-                if not self._outage:
-                    log.warning("database unavailable; housekeeping waits", error=exc.reason)
-                    self._outage = True
+            except DatabaseUnavailableError:
+                pass  # the process's outage tracker logs it once, and its end; the next round retries
             except Exception:
                 log.exception("housekeeping round failed; retrying")
             self._stop.wait(self.interval)

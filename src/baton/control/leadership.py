@@ -117,11 +117,10 @@ class DatabaseLeaseLeader:
                 renewed = renew_leadership(
                     session, self.role, self.holder, term, self.settings.lease_seconds, holds_lock
                 )
-        except DatabaseUnavailableError as exc:
+        except DatabaseUnavailableError:  # logged once, as an outage (storage/errors.py)
             if not past_renew_deadline(started, self._renewed_at, self.settings.renew_deadline_seconds):
-                log.warning("could not renew leadership; retrying", term=term, error=exc.reason)
                 return True
-            log.warning("leadership not renewed within the renew deadline; stepping down", term=term)
+            log.info("leadership not renewed within the renew deadline; stepping down", term=term, cause="database")
             self._term = None
             self._liveness.drop()
             return False

@@ -22,12 +22,14 @@ from typing import Generic, Protocol, TypeVar
 from baton.control.forking import Child, ExecutedChild, ForkServer, fork_server_supported, stop_children
 from baton.control.tickpool import TickPool, Turns
 from baton.core.backoff import RESTART, Backoff, fresh
+from baton.core.errors import DatabaseUnavailableError
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec, SchedulerState
 from baton.ingest.ownership import owner_prefix
 from baton.ingest.registry import build_scheduler
 from baton.ingest.scheduler import Scheduler, SchedulerContext
 from baton.storage.engine import Store
+from baton.storage.errors import DATABASE
 from baton.storage.scheduler_leases import Claim, mark_failed_unless_claimed
 
 log = get_logger("baton.runners")
@@ -180,7 +182,9 @@ class SupervisingRunner(ABC, Generic[Handle]):
                     delay = entry.backoff.next()
                     entry.restart_at = now + delay
                     self._mark_failed(scheduler_id, self._owner_prefix(entry.handle))
-                    log.warning("scheduler died; restarting after backoff", scheduler=scheduler_id, delay=delay)
+                    # In a database outage, one that stopped with it is expected (the outage is logged).
+                    say = log.warning if DATABASE.available else log.info
+                    say("scheduler died; restarting after backoff", scheduler=scheduler_id, delay=delay)
                 if now >= entry.restart_at:
                     entry.handle = self._launch(entry.spec)
                     entry.started_at = now
@@ -194,6 +198,8 @@ class SupervisingRunner(ABC, Generic[Handle]):
         try:
             with self.store.control_session() as session:
                 mark_failed_unless_claimed(session, scheduler_id, owner_prefix)
+        except DatabaseUnavailableError:
+            pass  # logged once, as an outage; its row shows the heartbeat it stopped at
         except Exception:
             log.warning("could not mark scheduler failed", scheduler=scheduler_id)
 
@@ -327,6 +333,8 @@ class ProcessRunner(SupervisingRunner[Child]):
         self.database_url = database_url
         self.extra_env = extra_env or {}
         self.fork_server = ForkServer(self.environment) if fork_server and fork_server_supported() else None
+        if self.fork_server is not None:
+            self.fork_server.start()  # it imports while a standby waits to lead, not when it must fork
 
     def environment(self) -> dict[str, str]:
         return {**os.environ, **self.extra_env, "BATON_DATABASE_URL": self.database_url}

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from baton.control.runners import ThreadRunner
+from baton.core.errors import DatabaseUnavailableError
 from baton.core.leases import fair_share, next_round_in, surplus
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec
@@ -106,6 +107,8 @@ class Worker(BackgroundService):
             last: WorkerRound | None = None
             try:
                 last = self.step()
+            except DatabaseUnavailableError:
+                pass  # logged once, as an outage (storage/errors.py)
             except Exception as exc:
                 log.warning("worker round failed; retrying", error=str(exc).splitlines()[0])
             if not self.stopping:  # or until a peer joins, leaves or gives schedulers up

@@ -4,7 +4,8 @@ Console text by default, JSON lines with BATON_LOG_JSON=true. Baton's own lines 
 structlog to stderr (one per request on the hot path: it has to be cheap); the standard-library
 loggers of the libraries go through structlog's formatter with the same renderer, so a JSON log
 stays parseable line by line. Chatty libraries (alembic's migration banner, kubernetes, urllib3)
-log at WARNING and above only.
+log at WARNING and above only; those that log every failed reconnect (pika, the connection pools)
+only with debug.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ finally:
 QUIET_LIBRARIES = ("alembic", "kubernetes", "urllib3", "asyncio", "httpx", "httpcore")
 # pika logs each step of a failed connection as an ERROR (seven lines and a traceback per attempt);
 # Baton logs every broker failure itself, once, with the reason. pika speaks again with debug.
+# The connection pools log each failed reconnect (psycopg's) and each connection that could not be
+# reset after the server went away (SQLAlchemy's, with a traceback): Baton logs a database outage
+# itself, once when it begins and once when it ends (core/outages.py). They speak again with debug.
+SILENCED_UNLESS_DEBUG = ("pika", "psycopg.pool", "sqlalchemy.pool")
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
 
 
@@ -75,7 +80,8 @@ def configure_logging(level: str = "info", json: bool = False) -> None:
     root.setLevel(numeric)
     for name in QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(max(logging.WARNING, numeric))
-    logging.getLogger("pika").setLevel(numeric if numeric <= logging.DEBUG else logging.CRITICAL)
+    for name in SILENCED_UNLESS_DEBUG:
+        logging.getLogger(name).setLevel(numeric if numeric <= logging.DEBUG else logging.CRITICAL)
     for name in UVICORN_LOGGERS:  # uvicorn installs its own handlers unless told not to: use ours
         logger = logging.getLogger(name)
         logger.handlers = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from baton.core.backoff import Backoff
@@ -21,16 +22,21 @@ def retry_until_stopped(
     """Run `attempt` until `stop` is set; after each failure in `errors` wait the backoff's next delay.
 
     `attempt` returning normally resets the backoff (it ran until it was told to stop or its work
-    ended); any other exception propagates: it is a bug, not weather.
+    ended), and so does one that ran longer than the backoff's longest delay before it failed (it
+    was connected: this failure begins a new outage). An outage is logged once, at its first
+    failure, not at every attempt. Any other exception propagates: it is a bug, not weather.
     """
     while not stop.is_set():
+        started = time.monotonic()
         try:
             attempt()
             backoff.reset()
         except errors as exc:
-            delay = backoff.next()
-            log.warning(f"{what}; retrying", error=repr(exc), delay=delay)
-            stop.wait(delay)
+            if time.monotonic() - started > backoff.maximum:
+                backoff.reset()
+            if not backoff.failures_seen:
+                log.warning(f"{what}; retrying", error=repr(exc))
+            stop.wait(backoff.next())
 
 
 class BackgroundService:

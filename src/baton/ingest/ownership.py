@@ -6,6 +6,7 @@ A scheduler whose claim is lost (someone else's term now, its organisation gone)
 one that cannot be renewed within the renew deadline (database unreachable, process frozen) is
 told to stop too, before its lease can expire and someone else takes over. Fencing (every write
 checked against the claim, storage/scheduler_leases.py) covers whatever slips between the two.
+When the database comes back from an outage the leases are renewed at once, not at the next round.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from baton.core.errors import DatabaseUnavailableError
 from baton.core.leases import making_progress, past_renew_deadline
 from baton.core.logging import get_logger
 from baton.core.settings import LeaseSettings
 from baton.storage import scheduler_leases
 from baton.storage.engine import Store
+from baton.storage.errors import DATABASE
 from baton.storage.pool_changes import announce_pool_change
 from baton.storage.scheduler_leases import Claim
 
@@ -81,7 +84,9 @@ class Ownership:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._changed: set[str] = set()  # schedulers whose new state is not written yet
+        self._renew_now = False  # the database is back from an outage: renew at once, not at the next round
         self._thread: threading.Thread | None = None
+        self._unsubscribe: Callable[[], None] | None = None
 
     # -- claims ------------------------------------------------------------------------------------
 
@@ -237,7 +242,9 @@ class Ownership:
         next_round = self._clock() + self.settings.retry_period_seconds
         while not self._stop.is_set():
             self._wake.wait(max(0.0, next_round - self._clock()))
-            if self._clock() < next_round:  # woken by a new state: gather the rest of the burst
+            if self._renew_now:
+                self._renew_now, next_round = False, self._clock()
+            elif self._clock() < next_round:  # woken by a new state: gather the rest of the burst
                 self._stop.wait(STATE_WRITE_GATHER_SECONDS)
             self._wake.clear()
             if self._stop.is_set():
@@ -248,23 +255,33 @@ class Ownership:
                     self.renew()
                 else:
                     self.write_changed_states()
-            except Exception as exc:  # the database is away: keep trying until the renew deadline
+            except DatabaseUnavailableError:  # keep trying until the renew deadline (logged as an outage)
+                pass
+            except Exception as exc:
                 log.warning("could not renew scheduler leases", owner=self.owner, error=str(exc).splitlines()[0])
             if self.past_renew_deadline():
                 self.give_up_everything(
                     f"leases not renewed for {self.settings.renew_deadline_seconds:g} s (renew deadline)"
                 )
 
+    def _database_back(self) -> None:
+        self._renew_now = True
+        self._wake.set()
+
     def start_in_background(self) -> None:
         if self._thread is None:
             self._stop.clear()
             self._renewed_at = self._clock()
+            self._unsubscribe = DATABASE.on_recovery(self._database_back)
             self._thread = threading.Thread(target=self.run, name="ownership", daemon=True)
             self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         self._wake.set()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from baton.core.backoff import RECONNECT, fresh
 from baton.core.diagnosis import reason
-from baton.core.errors import ConfigurationError, UnprocessableError
+from baton.core.errors import ConfigurationError, DatabaseUnavailableError, UnprocessableError
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerType
 from baton.core.supervision import BackgroundService, retry_until_stopped
@@ -43,6 +43,7 @@ from baton.ingest.events import (
     target_scheduler,
 )
 from baton.storage.engine import Session, Store
+from baton.storage.errors import DATABASE
 from baton.storage.organisations import adopt_organisation
 
 log = get_logger("baton.messaging")
@@ -55,6 +56,9 @@ EVENT_QUEUE_SUFFIX = {
 }
 # pika raises ValueError ("Timeout closed before call") from a consume on a connection the broker dropped.
 AMQP_ERRORS = (pika.exceptions.AMQPError, OSError, ValueError)
+# An event the router could not put in an inbox goes back to its queue; the router tries again after
+# this long at most (sooner when the database outage that stopped it ends).
+ROUTE_RETRY_SECONDS = 1.0
 
 
 def event_queue(organisation: str, scheduler_type: SchedulerType) -> str:
@@ -113,9 +117,10 @@ def dead_letter(channel: BlockingChannel, body: bytes, source_queue: str, reason
 
 
 class Publisher:
-    """Confirmed, persistent publishing; reconnects and retries on a broker restart."""
+    """Confirmed, persistent publishing; reconnects and retries on a broker restart (by default for
+    about a minute: attempts at most 2 s apart)."""
 
-    def __init__(self, url: str, attempts: int = 20) -> None:
+    def __init__(self, url: str, attempts: int = 30) -> None:
         self.url = url
         self.attempts = attempts
         self._connection: pika.BlockingConnection | None = None
@@ -151,9 +156,9 @@ class Publisher:
                 self._reset()
                 if attempt == self.attempts - 1:
                     raise
-                delay = backoff.next()
-                log.warning("publish failed; retrying", error=repr(exc), delay=delay)
-                time.sleep(delay)
+                if not backoff.failures_seen:  # once per outage, not once per attempt
+                    log.warning("publish failed; retrying", error=repr(exc))
+                time.sleep(backoff.next())
 
     def publish_event(self, organisation: str, event: ScanProfileMutation | RawFileReceived) -> None:
         self.publish(event_queue(organisation, consumer_of(event)), event.model_dump(mode="json"))
@@ -268,8 +273,9 @@ class RabbitMQSource:
         declare_queue(channel, self.queue_name)
         self._channel = channel
         self._messages = channel.consume(self.queue_name, inactivity_timeout=self.wait_seconds)
+        again = self._backoff.failures_seen
+        log.info("broker available again; consuming" if again else "consuming", queue=self.queue_name)
         self._backoff.reset()
-        log.info("consuming", queue=self.queue_name)
 
     def receive(self, session: Session, limit: int) -> Sequence[AmqpDelivery]:
         if time.monotonic() < self._retry_at:
@@ -287,10 +293,10 @@ class RabbitMQSource:
                 deliveries.append(AmqpDelivery(batch, self.queue_name, method.delivery_tag, body or b""))
             return deliveries
         except AMQP_ERRORS as exc:
-            delay = self._backoff.next()
-            log.warning("broker unavailable; reconnecting", queue=self.queue_name, error=repr(exc), delay=delay)
+            if not self._backoff.failures_seen:  # once per outage, not once per attempt
+                log.warning("broker unavailable; reconnecting", queue=self.queue_name, error=repr(exc))
             self._drop()
-            self._retry_at = time.monotonic() + delay
+            self._retry_at = time.monotonic() + self._backoff.next()
             return []
 
     def _drop(self) -> None:
@@ -376,10 +382,22 @@ class OpenKatEventRouter(BackgroundService):
             dead_letter(channel, body, queue_name, str(exc))
             channel.basic_ack(tag)
             return
-        except Exception as exc:  # database down etc.: give the message back, retry later
+        except DatabaseUnavailableError:  # logged once, as an outage: give the message back
+            channel.basic_nack(tag, requeue=True)
+            self._wait_for_database()
+            return
+        except Exception as exc:  # a bug: give the message back, retry later
             log.warning("could not route an OpenKAT event; requeued", error=repr(exc))
             channel.basic_nack(tag, requeue=True)
-            self._stop.wait(1.0)
+            self._stop.wait(ROUTE_RETRY_SECONDS)
             return
         channel.basic_ack(tag)
         self.routed += 1
+
+    def _wait_for_database(self) -> None:
+        """Before the message comes back: until the outage ends (whoever in this process sees that
+        first), at most ROUTE_RETRY_SECONDS, when this router tries again itself."""
+        if DATABASE.available:  # the failure was not taken for an outage (an overloaded pool): pause briefly
+            self._stop.wait(ROUTE_RETRY_SECONDS / 10)
+        else:
+            DATABASE.wait_until_available(ROUTE_RETRY_SECONDS)

@@ -11,6 +11,7 @@ planners/ holds what each type of scheduler makes of them; registry.py builds on
 from __future__ import annotations
 
 import random
+import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -27,12 +28,17 @@ from baton.ingest.catalogue import DatabaseCatalogue, PluginCatalogue
 from baton.ingest.events import DatabaseInbox, EventSource
 from baton.ingest.ownership import Ownership
 from baton.storage.engine import Session, Store
+from baton.storage.errors import DATABASE
 from baton.storage.scheduler_leases import Claim, fenced_before_first_write
 
 if TYPE_CHECKING:  # only a process with KATalogus configured loads the HTTP clients
     from baton.ingest.katalogus import KatalogusLink
 
 log = get_logger("baton.schedulers")
+# A scheduler that met a database outage tries again this soon (or sooner: its poll interval), so it
+# resumes within a second of the database taking writes; the outage is logged once per process
+# (storage/errors.py's tracker), never per attempt.
+DATABASE_RETRY_SECONDS = 1.0
 
 
 def default_source(spec: SchedulerSpec) -> EventSource | None:
@@ -97,7 +103,9 @@ class Scheduler(ABC):
         """Someone else runs this scheduler now (or may soon): stop at once, write nothing more."""
         if self._lost is None:
             self._lost = reason
-            self.log.warning("scheduler lost its lease; stopping without writing", reason=reason)
+            # In a database outage this is its expected consequence (the outage is logged already).
+            say = self.log.warning if DATABASE.available else self.log.info
+            say("scheduler lost its lease; stopping without writing", reason=reason)
         self._stop.set()
 
     def set_enabled(self, enabled: bool) -> None:
@@ -110,7 +118,7 @@ class Scheduler(ABC):
         holds the row. A round that only reads (an empty inbox) costs no check."""
         if self._lost is not None:
             raise FencedError(self._lost)
-        claim = self.try_claim()  # run() claims first; a tick driven directly claims here
+        claim = self.claim or self._claim()  # run() claims first; a tick driven directly claims here
         if claim is None:
             raise FencedError(f"scheduler '{self.id}' is held by another owner (or its organisation is gone)")
         with self.store.session() as session, fenced_before_first_write(session, claim):
@@ -121,9 +129,18 @@ class Scheduler(ABC):
         self.context.leases().report(self.id, state.value)
 
     def try_claim(self) -> Claim | None:
-        """The scheduler's claim: the one it has, or one attempt at its row (None: held elsewhere)."""
+        """The scheduler's claim: the one it has, or one attempt at its row (None: held elsewhere,
+        or the database is unavailable now: try again later)."""
         if self.claim is None:
-            self.claim = self.context.leases().claim([self.id], runner=self.context.runner).get(self.id)
+            try:
+                self._claim()
+            except DatabaseUnavailableError:
+                return None
+        return self.claim
+
+    def _claim(self) -> Claim | None:
+        """One attempt at the scheduler's row; raises DatabaseUnavailableError in an outage."""
+        self.claim = self.context.leases().claim([self.id], runner=self.context.runner).get(self.id)
         return self.claim
 
     def _wait_for_claim(self) -> Claim | None:
@@ -134,6 +151,9 @@ class Scheduler(ABC):
             claim = self.try_claim()
             if claim is not None:
                 return claim
+            if not DATABASE.available:  # not held elsewhere: the database is away (logged once)
+                self._stop.wait(self._back_off_seconds())
+                continue
             if not said:
                 self.log.info("waiting for the scheduler's lease to be free (held elsewhere, or organisation gone)")
                 said = True
@@ -185,9 +205,8 @@ class Scheduler(ABC):
         except FencedError as exc:
             self.lease_lost(str(exc))
             return 0.0
-        except DatabaseUnavailableError as exc:  # also: every pooled connection busy (many schedulers)
-            self.log.warning("database unavailable; backing off", error=exc.reason)
-            return self._back_off_seconds()
+        except DatabaseUnavailableError:  # also: every pooled connection busy (many schedulers)
+            return self._back_off_seconds()  # the outage is logged once per process, not per scheduler
         requested, self._pause = self._pause, 0.0
         return max(requested, 0.0 if done else idle)
 
@@ -196,11 +215,16 @@ class Scheduler(ABC):
         self._pause = max(self._pause, seconds)
 
     def _back_off_seconds(self) -> float:
-        return min(5.0, self.settings.timing.poll_interval_seconds * 5)
+        return min(DATABASE_RETRY_SECONDS, self.settings.timing.poll_interval_seconds * 5)
 
     def failed(self) -> None:
-        """The loop raised: log it; the row is given up as failed."""
-        self.log.exception("scheduler failed")
+        """The loop raised: log it (a database outage in one line: it is logged as an outage too;
+        anything else with its traceback); the row is given up as failed."""
+        error = sys.exc_info()[1]
+        if isinstance(error, DatabaseUnavailableError):
+            self.log.info("scheduler stopped by a database outage", reason=error.reason)
+        else:
+            self.log.exception("scheduler failed")
         self._final = SchedulerState.FAILED
 
     def end(self) -> None:
@@ -223,7 +247,10 @@ class Scheduler(ABC):
             return
         try:
             self.context.leases().release(claim, state.value)
-        except Exception:  # the database may be the reason we are stopping; the lease then expires
+        except DatabaseUnavailableError:  # it may be why we are stopping (logged as an outage): the lease expires
+            self.log.info("scheduler stopped; its lease expires (database unavailable)", state=state.value)
+            return
+        except Exception:
             self.log.warning("could not release the scheduler's lease", state=state.value)
         self.log.info("scheduler stopped", state=state.value)
 

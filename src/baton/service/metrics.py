@@ -1,7 +1,9 @@
 """Prometheus metrics. Each app gets its own registry so several apps can live in one process.
 
 Counts of queued and in-flight tasks, recoveries and leadership are read from the database at scrape
-time, so every replica reports the same; pops, pushes and latencies are this process's own.
+time, so every replica reports the same; pops, pushes and latencies are this process's own, and so
+is its view of the database (up, outages begun): a scrape during an outage answers with those (and
+without the counts it cannot read), so the outage shows.
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from baton.core.errors import DatabaseUnavailableError
 from baton.core.model import SchedulerSpec, utcnow
+from baton.core.outages import OutageTracker
 from baton.storage.engine import Store
+from baton.storage.errors import DATABASE
 from baton.storage.leadership import leaders
 from baton.storage.queues import queue_counts
 from baton.storage.status_reads import recovered_total
@@ -42,20 +47,45 @@ class StoreCollector(Collector):
         renewal_age = GaugeMetricFamily(
             "baton_leader_renewal_age_seconds", "Seconds since the leader last renewed.", labels=["role"]
         )
-        with self._store.session() as session:
-            for queue_id, (queued, flying) in sorted(queue_counts(session).items()):
-                depth.add_metric([queue_id], queued)
-                try:
-                    spec = SchedulerSpec.parse(queue_id)
-                except ValueError:
-                    continue
-                in_flight.add_metric([spec.organisation, spec.type.value], flying)
-            recovered.add_metric([], recovered_total(session))
-            now = utcnow()
-            for row in leaders(session):
-                leader.add_metric([row.role, row.holder], 1)
-                renewal_age.add_metric([row.role], (now - row.renewed_at).total_seconds())
+        try:
+            with self._store.session() as session:
+                for queue_id, (queued, flying) in sorted(queue_counts(session).items()):
+                    depth.add_metric([queue_id], queued)
+                    try:
+                        spec = SchedulerSpec.parse(queue_id)
+                    except ValueError:
+                        continue
+                    in_flight.add_metric([spec.organisation, spec.type.value], flying)
+                recovered.add_metric([], recovered_total(session))
+                now = utcnow()
+                for row in leaders(session):
+                    leader.add_metric([row.role, row.holder], 1)
+                    renewal_age.add_metric([row.role], (now - row.renewed_at).total_seconds())
+        except DatabaseUnavailableError:
+            return  # the outage's own metrics (OutageCollector) still answer
         yield from (depth, in_flight, recovered, leader, renewal_age)
+
+
+class OutageCollector(Collector):
+    """This process's view of the database, from its outage tracker (core/outages.py)."""
+
+    def __init__(self, tracker: OutageTracker) -> None:
+        self._tracker = tracker
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        up = GaugeMetricFamily(
+            "baton_database_up", "1 while this process reaches the database, 0 during an outage it met."
+        )
+        up.add_metric([], 1 if self._tracker.available else 0)
+        outages = CounterMetricFamily(
+            "baton_database_outages", "Database outages this process met (each logged once when it began)."
+        )
+        outages.add_metric([], self._tracker.outages)
+        down_for = GaugeMetricFamily(
+            "baton_database_unavailable_seconds", "Seconds since the current outage began; 0 while up."
+        )
+        down_for.add_metric([], self._tracker.unavailable_for())
+        yield from (up, outages, down_for)
 
 
 class Metrics:
@@ -85,6 +115,7 @@ class Metrics:
             "baton_pop_waiters", "Pops waiting for a task (`?wait=`) in this process.", registry=self.registry
         )
         self.registry.register(StoreCollector(store))
+        self.registry.register(OutageCollector(DATABASE))
         self._queues: dict[str, tuple[Any, Any]] = {}
 
     def per_queue(self, queue: str, organisation: str, task_type: str) -> tuple[Any, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -25,7 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from baton.core.diagnosis import reason
 from baton.core.errors import ConfigurationError
 from baton.core.settings import normalise_database_url
-from baton.storage.errors import translated
+from baton.storage.errors import DATABASE, translated
 from baton.storage.urls import database_address
 
 if TYPE_CHECKING:
@@ -289,6 +290,24 @@ def open_store(url: str) -> Store:
     except (DBAPIError, OSError) as exc:
         raise database_error(exc, url) from exc
     return store
+
+
+def open_store_when_reachable(url: str, retry_seconds: float = 1.0) -> Store:
+    """`open_store`, waiting out a database outage (reported to the process's tracker, so logged
+    once, with the reason) instead of failing: for a director's child, which its director
+    supervises. Exiting would cost it a restart, a fresh interpreter and the restart back-off. A
+    URL that cannot work is still refused at once."""
+    store = Store(url)
+    while True:
+        seen = DATABASE.mark
+        try:
+            store.ping()
+        except (DBAPIError, OSError) as exc:
+            DATABASE.failed(seen, str(database_error(exc, url)))
+            time.sleep(retry_seconds)
+            continue
+        DATABASE.succeeded(seen)
+        return store
 
 
 def migrate_store(store: Store) -> None:

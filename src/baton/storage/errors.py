@@ -6,6 +6,10 @@ Storage wraps every unit of work in `translated()`, so the layers above catch `B
 - a unique key hit where the statement did not expect one is mapped where the statement runs (it
   alone knows which key it was: a task id, a twin's hash, an organisation's id);
 - anything else (a bug, a statement the database refuses) is left as it is: a server fault.
+
+Every unit of work also tells the process's `DATABASE` tracker (core/outages.py) how it went, so an
+outage is logged once when it begins and once when it ends, whoever met it; the components that
+meet one only back off.
 """
 
 from __future__ import annotations
@@ -19,9 +23,13 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from baton.core.diagnosis import reason
 from baton.core.errors import DatabaseUnavailableError
+from baton.core.outages import OutageTracker
 
 UNAVAILABLE = "database unavailable; retry later"
 CONNECTION_LOST = "database connection lost; retry later"
+
+# This process's view of the database: fed by every `translated()` unit of work.
+DATABASE = OutageTracker("database")
 
 
 def unavailable(exc: BaseException) -> DatabaseUnavailableError | None:
@@ -37,13 +45,18 @@ def unavailable(exc: BaseException) -> DatabaseUnavailableError | None:
 
 @contextmanager
 def translated() -> Iterator[None]:
-    """Raise an outage as `DatabaseUnavailableError` (chained to the driver's error)."""
+    """Raise an outage as `DatabaseUnavailableError` (chained to the driver's error), and tell
+    `DATABASE` whether the database answered."""
+    seen = DATABASE.mark
     try:
         yield
-    except DatabaseUnavailableError:
+    except DatabaseUnavailableError as exc:
+        DATABASE.failed(seen, exc.reason)
         raise
     except (DBAPIError, PoolTimeoutError, psycopg.Error) as exc:
         error = unavailable(exc)
         if error is None:
             raise
+        DATABASE.failed(seen, error.reason)
         raise error from exc
+    DATABASE.succeeded(seen)

@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Connection, and_, exists, literal, or_, select, text, update
+from sqlalchemy import ColumnElement, Connection, and_, exists, func, literal, or_, select, text, true, update
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from baton.core.model import utcnow
 from baton.storage.clock import db_after, db_now
-from baton.storage.engine import Store, insert_for
+from baton.storage.engine import Store, insert_for, on_postgresql
 from baton.storage.tables import LeaderRecord
 
 DIRECTOR_ROLE = "director"
@@ -44,7 +44,12 @@ def try_acquire_leadership(
     session: Session, role: str, holder: str, lease_seconds: float, holds_lock: bool = False
 ) -> int | None:
     """Take the role if nobody holds it or its lease expired, or (`holds_lock`: the caller just got
-    the liveness lock) if the holder had that lock, i.e. its connection died; the new term, or None."""
+    the liveness lock) if the holder had that lock on this server since it started, i.e. its
+    connection died; the new term, or None.
+
+    A lock the holder had before the server restarted says nothing: the restart freed it along with
+    every connection, the holder's included, and whoever asks first after the restart gets it. The
+    leader would then be deposed by every restart of PostgreSQL, and its schedulers started over."""
     now, until = db_now(session), db_after(session, lease_seconds)
     inserted = session.execute(
         insert_for(session)(LeaderRecord)
@@ -57,9 +62,10 @@ def try_acquire_leadership(
     if inserted is not None:
         return int(inserted)
     free = or_(LeaderRecord.expires_at.is_(None), LeaderRecord.expires_at < now)
+    holder_gone = and_(literal(holds_lock), LeaderRecord.holds_lock, _renewed_on_this_server(session))
     taken = session.execute(
         update(LeaderRecord)
-        .where(LeaderRecord.role == role, and_(literal(holds_lock), LeaderRecord.holds_lock) | free)
+        .where(LeaderRecord.role == role, holder_gone | free)
         .values(
             holder=holder,
             term=LeaderRecord.term + 1,
@@ -71,6 +77,13 @@ def try_acquire_leadership(
         .returning(LeaderRecord.term)
     ).scalar()
     return None if taken is None else int(taken)
+
+
+def _renewed_on_this_server(session: Session) -> ColumnElement[bool]:
+    """The holder's last renewal (which said whether it had the lock) came after the server started."""
+    if not on_postgresql(session):
+        return true()  # no liveness lock there
+    return LeaderRecord.renewed_at > func.pg_postmaster_start_time()
 
 
 def renew_leadership(

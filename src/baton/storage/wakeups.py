@@ -4,7 +4,8 @@
   pops, on the channel the triggers of migration 0007 notify at commit, whoever queued the task (an
   API replica, a scheduler process, recovery). Each notification names one queue. When the
   connection drops it reconnects with the one backoff policy; meanwhile `live` is False and waiters
-  look for themselves every few seconds.
+  look for themselves every few seconds. Its attempts feed the database's outage tracker
+  (storage/errors.py), which logs the outage; it logs nothing of its own for one.
 - SQLite (`ChangeWatcher`): no NOTIFY. One connection of its own asks `PRAGMA data_version` every
   interval, a number that changes when any other connection (another process included) commits:
   one cheap query per interval per process, however many pops wait.
@@ -24,8 +25,10 @@ from typing import Any, Protocol
 import psycopg
 
 from baton.core.backoff import Backoff, fresh
+from baton.core.diagnosis import reason
 from baton.core.logging import get_logger
 from baton.storage.engine import Store
+from baton.storage.errors import DATABASE
 
 log = get_logger("baton.storage.wakeups")
 
@@ -128,11 +131,14 @@ class QueuedListener(_Background):
         backoff = fresh(LISTEN_AGAIN)
         while True:
             await self._wanted.wait()
+            seen = DATABASE.mark
             try:
-                await self._listen(on_queued, on_anything, has_waiters, backoff)
+                await self._listen(on_queued, on_anything, has_waiters, backoff, seen)
                 continue  # closed for want of waiters
+            except psycopg.Error as exc:  # the database's outage: logged once by its tracker
+                DATABASE.failed(seen, reason(exc))
             except Exception as exc:  # whatever it was, this task must not die: waiters rely on it
-                if not backoff.failures_seen:  # once per outage, not once per attempt
+                if not backoff.failures_seen:  # once, not once per attempt
                     log.warning("cannot listen for queued tasks; waiting pops look every few seconds", error=str(exc))
             finally:
                 self._attempt_ended()
@@ -144,7 +150,7 @@ class QueuedListener(_Background):
                 self._wanted.clear()  # the next waiter connects again
 
     async def _listen(
-        self, on_queued: OnQueued, on_anything: OnAnything, has_waiters: HasWaiters, backoff: Backoff
+        self, on_queued: OnQueued, on_anything: OnAnything, has_waiters: HasWaiters, backoff: Backoff, seen: int
     ) -> None:
         conn = await psycopg.AsyncConnection.connect(
             self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS, application_name=APPLICATION_NAME
@@ -153,8 +159,7 @@ class QueuedListener(_Background):
             await conn.execute(f"LISTEN {CHANNEL}")
             self._live = True
             self._attempt_ended()
-            if backoff.failures_seen:
-                log.info("listening for queued tasks again")
+            DATABASE.succeeded(seen)
             backoff.reset()
             on_anything()  # waiters that looked for themselves meanwhile: tasks queued while nobody listened
             await self._relay(conn, on_queued, has_waiters)
