@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.report.estate import section_estate
 from bench.report.fairness import section_fairness, section_organisations
 from bench.report.formatting import num, shown, table
 from bench.report.leases import replication_leases_markdown, section_leases
@@ -46,6 +47,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "workers": section_workers,
     "leases": section_leases,
     "profile": section_profile,
+    "estate": section_estate,
 }
 
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 Comparison = Literal[">=", "<="]
 
 
-Shown = Literal["percent", "times", "per_second", "mib", "seconds", "count"]
+Shown = Literal["percent", "times", "per_second", "mib", "seconds", "count", "cpu_per_minute"]
 
 
 COMPARE: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le}
@@ -167,6 +167,15 @@ TARGETS = [
         "seconds",
         "#22",
         "leases.kubernetes.target_s",
+    ),
+    Target(
+        "estate idle: workers + PostgreSQL CPU per minute (worst of 1, 2, 4 workers)",
+        "estate.worst.idle_cpu_s_per_min",
+        6.0,
+        "<=",
+        "cpu_per_minute",
+        "#33",
+        "estate.targets.idle_cpu_s_per_min",
     ),
 ]
 

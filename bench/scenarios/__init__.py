@@ -23,6 +23,7 @@ NAMES = (
     "replication",
     "workers",
     "leases",
+    "estate",
 )
 
 

@@ -170,7 +170,7 @@ def test_a_connection_found_broken_replaces_the_pools_stale_ones(private_postgre
         await executor.push(request, utcnow())  # opens the pool
         await executor.pool.resize(min_size=4)
         await executor.pool.wait()
-        assert executor.pool.get_stats()["pool_available"] == 4
+        assert executor.pool.get_stats()["pool_available"] >= 4  # every one of them goes stale below
         private_postgres.stop()
         with pytest.raises(Exception):  # noqa: B017 - the driver's error, however it is mapped
             await executor.push(request, utcnow())

@@ -92,7 +92,7 @@ class Runner(Protocol):
 Handle = TypeVar("Handle")
 
 
-@dataclass
+@dataclass(slots=True)
 class Supervised(Generic[Handle]):
     spec: SchedulerSpec
     handle: Handle
@@ -211,7 +211,7 @@ class SupervisingRunner(ABC, Generic[Handle]):
             self._terminate(entry.handle, timeout)
 
 
-@dataclass
+@dataclass(slots=True)
 class ThreadHandle:
     scheduler: Scheduler
     turns: Turns
@@ -231,12 +231,15 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
 
     def launch_claimed(self, specs_and_claims: builtins.list[tuple[SchedulerSpec, Claim]]) -> builtins.list[str]:
         """Run schedulers whose rows were claimed already (a worker's share)."""
-        started = []
+        started, dropped = [], []
         with self._lock:
             for spec, claim in specs_and_claims:
                 if spec.id not in self._entries:
                     self._entries[spec.id] = Supervised(spec, self._launch(spec, claim))
                     started.append(spec.id)
+                else:
+                    dropped.append(claim)
+        self.context.leases().abandon(dropped)
         return started
 
     def forget_dead(self) -> builtins.list[str]:
@@ -261,13 +264,16 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
         if not wanted:
             return []
         claims = self.context.leases().claim([spec.id for spec in wanted], runner=self.name)
-        started = []
+        started, dropped = [], []
         with self._lock:
             for spec in wanted:
                 claim = claims.get(spec.id)
                 if claim is not None and spec.id not in self._entries:
                     self._entries[spec.id] = Supervised(spec, self._launch(spec, claim))
                     started.append(spec.id)
+                elif claim is not None:
+                    dropped.append(claim)
+        self.context.leases().abandon(dropped)
         if started:
             log.info("schedulers started", count=len(started), runner=self.name)
         return started
@@ -288,6 +294,11 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
     def _terminate(self, handle: ThreadHandle, timeout: float) -> None:
         self._stop_together([handle], timeout)
 
+    def ids(self) -> set[str]:
+        """The ids of the schedulers it runs (unsorted: a worker asks every round, of thousands)."""
+        with self._lock:
+            return set(self._entries)
+
     def shutdown(self, timeout: float = 10.0) -> None:
         with self._lock:
             handles = [entry.handle for entry in self._entries.values()] + self._winding_down
@@ -295,6 +306,7 @@ class ThreadRunner(SupervisingRunner[ThreadHandle]):
             self._winding_down = []
         self._stop_together(handles, timeout)
         self.pool.close(timeout)
+        self.context.stop_wakeups()
 
     def stop_many(self, scheduler_ids: Iterable[str], timeout: float = 10.0, wait: bool = True) -> None:
         """Stop these schedulers; with `wait=False` only tell them (shutdown still waits for them)."""

@@ -10,8 +10,9 @@ next: its claim (retried every retry period while another owner holds the row), 
 one `step` at a time, each saying when its next turn is, then its `end`. The scheduler code is the
 one a process runs (`Scheduler.run` makes the same calls in a loop of its own).
 
-A stopped scheduler's turn is brought forward, so its row is given up at once. Turns of one
-scheduler never overlap: an entry is in the timetable or being run, never both.
+A stopped scheduler's turn is brought forward, so its row is given up at once, and so is a woken
+one's (input waits for it: ingest/wakeups.py); woken during its turn, its next comes right after.
+Turns of one scheduler never overlap: an entry is in the timetable or being run, never both.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from baton.core.logging import get_logger
 from baton.ingest.scheduler import Scheduler
@@ -30,22 +31,29 @@ from baton.ingest.scheduler import Scheduler
 log = get_logger("baton.tickpool")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Turns:
-    """One scheduler in the timetable; alive until its `end` ran."""
+    """One scheduler in the timetable; alive until its `end` ran. Small: a worker files thousands
+    (one condition of the pool's tells those who join them, not an event each)."""
 
     scheduler: Scheduler
+    pool: TickPool
     taken: bool = False
     begun: bool = False
     turn: int = 0  # the timetable slot that is current; older slots of this entry are skipped
+    due: float = 0.0  # when the current slot is due
     running: bool = False
-    ended: threading.Event = field(default_factory=threading.Event)
+    ended: bool = False
 
     def is_alive(self) -> bool:
-        return not self.ended.is_set()
+        return not self.ended
 
     def join(self, timeout: float | None = None) -> None:
-        self.ended.wait(timeout)
+        with self.pool.endings:
+            self.pool.endings.wait_for(lambda: self.ended, timeout)
+
+    def wake(self) -> None:
+        self.pool.wake(self)
 
 
 class TickPool:
@@ -59,11 +67,14 @@ class TickPool:
         self._cond = threading.Condition()
         self._threads: builtins.list[threading.Thread] = []
         self._closing = False
+        self._void = 0  # slots in the timetable that a later one of the same entry replaced
+        self.endings = threading.Condition()  # notified when an entry ends
 
     def file(self, scheduler: Scheduler) -> Turns:
         """Add a scheduler (claimed already, or to claim in its first turn); its first turn is now.
         A claimed one is held at once: its row is renewed from this moment, never left unheld."""
-        entry = Turns(scheduler)
+        entry = Turns(scheduler, self)
+        scheduler.waker = entry.wake
         if scheduler.claim is not None:
             scheduler.take(scheduler.claim)
             entry.taken = True
@@ -82,6 +93,16 @@ class TickPool:
                 if not entry.running and entry.is_alive():
                     self._file(entry, now)
             self._cond.notify_all()
+
+    def wake(self, entry: Turns) -> None:
+        """Bring a waiting entry's turn forward to now (one being run is filed again by its turn's
+        end, at once when its scheduler was woken meanwhile)."""
+        with self._cond:
+            now = self._clock()
+            if entry.running or not entry.is_alive() or entry.due <= now:
+                return
+            self._file(entry, now)
+            self._cond.notify()
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the threads, each after the turn it is running (filing again starts them anew); the
@@ -109,8 +130,20 @@ class TickPool:
 
     def _file(self, entry: Turns, due: float) -> None:
         """Under the lock: `entry`'s next turn is at `due` (any earlier slot of it is void)."""
+        if entry.turn and not entry.running:
+            self._void += 1  # its slot still in the timetable is replaced
         entry.turn += 1
+        entry.due = due
         heapq.heappush(self._timetable, (due, next(self._order), entry.turn, entry))
+        if self._void > max(1000, len(self._timetable) // 2):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Under the lock: drop the void slots (an idle scheduler's slot is an hour away: woken often,
+        it would leave a void slot behind each time)."""
+        self._timetable = [slot for slot in self._timetable if slot[2] == slot[3].turn and slot[3].is_alive()]
+        heapq.heapify(self._timetable)
+        self._void = 0
 
     def _next_due(self) -> Turns | None:
         """Block until some entry's turn is due; None once the pool closes."""
@@ -122,6 +155,7 @@ class TickPool:
                 due, _, turn, entry = self._timetable[0]
                 if turn != entry.turn or not entry.is_alive():
                     heapq.heappop(self._timetable)  # a void slot
+                    self._void = max(0, self._void - 1)
                     continue
                 wait = due - self._clock()
                 if wait > 0:
@@ -138,8 +172,8 @@ class TickPool:
             with self._cond:
                 ending = pause is None or entry.scheduler.stopping
                 if pause is not None and not ending:  # an ending entry stays `running`: nobody files it
-                    entry.running = False
                     self._file(entry, self._clock() + pause)
+                    entry.running = False
                     self._cond.notify()
             if ending:
                 self._end(entry)
@@ -174,4 +208,6 @@ class TickPool:
         except Exception:
             log.exception("scheduler did not end cleanly", scheduler=entry.scheduler.id)
         finally:
-            entry.ended.set()
+            with entry.pool.endings:
+                entry.ended = True
+                entry.pool.endings.notify_all()

@@ -4,6 +4,9 @@ so Kubernetes' own replication (a Deployment, an autoscaler) decides how many ru
 Each round a worker heartbeats its `workers` row, computes its fair share (every scheduler of an
 existing organisation, divided by the live workers, rounded up), gives up what it holds above that
 share (a new peer joined) and claims unowned or expired schedulers up to it (a peer left or died).
+Rounds come every second while the shares change, and every few seconds once they hold still: a peer
+joining, leaving or giving schedulers up, and an organisation created or deleted, wake every worker
+at once (LISTEN/NOTIFY), and a peer that dies is noticed when its leases end.
 Its schedulers take turns on a few threads (control/tickpool.py); their leases and fencing are the
 same as a director's (storage/scheduler_leases.py, ingest/ownership.py), so a scheduler never runs in two
 places at once. SIGTERM releases everything first, so peers pick it up on their next round.
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 
 from baton.control.runners import ThreadRunner
 from baton.core.errors import DatabaseUnavailableError
-from baton.core.leases import fair_share, next_round_in, surplus
+from baton.core.leases import fair_share, idle_round_seconds, next_round_in, surplus
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec
 from baton.core.settings import Settings
@@ -44,6 +47,11 @@ class WorkerRound:
     running: int
     next_lease_end_s: float | None = None  # when a peer's lease (a scheduler's or its own) runs out next
 
+    @property
+    def settled(self) -> bool:
+        """Nothing claimed or given up, and the share held: nothing to do until something changes."""
+        return not self.claimed and not self.released and self.running == self.share
+
 
 class Worker(BackgroundService):
     thread_name = "worker"
@@ -56,6 +64,7 @@ class Worker(BackgroundService):
         self.id = self.ownership.owner
         self.runner = ThreadRunner(context)
         self.round_seconds = min(1.0, settings.leases.retry_period_seconds)
+        self.idle_round_seconds = idle_round_seconds(self.round_seconds, settings.leases.lease_seconds)
         self.pool_changes = PoolChanges(store.url, self._stop)
         self._joined = False
 
@@ -68,36 +77,39 @@ class Worker(BackgroundService):
                 self._joined = True
             live = len(live_workers(session))
             share = fair_share(count_schedulers(session), live)
+            next_lease_end = seconds_until_a_peer_lease_ends(session, self.id)
         self.runner.forget_dead()
-        running = [spec.id for spec in self.runner.list()]
+        running = self.runner.ids()
         released = self._release_above(share, running)
-        kept = sorted(set(running) - set(released))
+        kept = running.difference(released)
         claimed = self._claim_up_to(share, kept)
         if claimed or released:
             log.info("rebalanced", worker=self.id, live_workers=live, share=share, claimed=claimed, released=released)
-        return WorkerRound(live, share, claimed, released, len(kept) + len(claimed), self._next_lease_end())
-
-    def _next_lease_end(self) -> float | None:
-        with self.store.control_session() as session:
-            return seconds_until_a_peer_lease_ends(session, self.id)
+        return WorkerRound(live, share, claimed, released, len(kept) + len(claimed), next_lease_end)
 
     def _until_next_round(self, last: WorkerRound | None) -> float:
-        """One round's time, or less when a peer's lease ends sooner: a dead peer's share and
-        schedulers are then taken within milliseconds of their leases' end, not up to a round later."""
-        return next_round_in(self.round_seconds, last.next_lease_end_s if last is not None else None)
+        """A round's time while shares change, a longer one once they hold still, or less when a
+        peer's lease ends sooner: a dead peer's share and schedulers are then taken within
+        milliseconds of their leases' end, not up to a round later."""
+        settled = last is not None and last.settled
+        every = self.idle_round_seconds if settled else self.round_seconds
+        return next_round_in(every, last.next_lease_end_s if last is not None else None)
 
-    def _release_above(self, share: int, running: list[str]) -> list[str]:
+    def _release_above(self, share: int, running: set[str]) -> list[str]:
         """Give the surplus rows up in one statement first (peers claim them in their next round),
         then tell those schedulers to stop without waiting for them: until they do, their writes
         are fenced."""
+        if len(running) <= share:
+            return []
         above = surplus(running, share)
-        if above:
-            self.ownership.release_many(above, "stopped", announce=True)
-            self.runner.stop_many(above, wait=False)
+        self.ownership.release_many(above, "stopped", announce=True)
+        self.runner.stop_many(above, wait=False)
         return above
 
-    def _claim_up_to(self, share: int, running: list[str]) -> list[str]:
-        claims = self.ownership.claim_unowned(share - len(running), runner=RUNNER_NAME, running_here=running)
+    def _claim_up_to(self, share: int, running: set[str]) -> list[str]:
+        if len(running) >= share:
+            return []
+        claims = self.ownership.claim_unowned(share - len(running), runner=RUNNER_NAME, running_here=sorted(running))
         return self.runner.launch_claimed([(SchedulerSpec.parse(claim.scheduler_id), claim) for claim in claims])
 
     def run(self) -> None:

@@ -27,6 +27,12 @@ def making_progress(now: float, progressed_at: float, hung_after_seconds: float)
     return now - progressed_at < hung_after_seconds
 
 
+def hung_before(now: float, hung_after_seconds: float) -> float:
+    """`making_progress` for thousands at once: a scheduler that last reported at or before this
+    moment is not making progress."""
+    return now - hung_after_seconds
+
+
 def lease_expired(renewed_at: datetime | None, duration: timedelta, now: datetime) -> bool:
     """A lease never renewed, or last renewed longer than its duration ago, is free to take."""
     return renewed_at is None or renewed_at + duration < now
@@ -42,6 +48,12 @@ def surplus(running: Iterable[str], share: int) -> list[str]:
     """The schedulers a worker gives up to come down to `share`: those after the first `share` in id
     order, so the same ones go whatever order they were started in."""
     return sorted(running)[share:]
+
+
+def idle_round_seconds(round_seconds: float, lease_seconds: float) -> float:
+    """A worker's round once shares hold still: five rounds, and at least three within a lease (its
+    own row, renewed by its rounds, lasts a lease)."""
+    return max(round_seconds, min(5 * round_seconds, lease_seconds / 3))
 
 
 def next_round_in(round_seconds: float, next_lease_end_seconds: float | None) -> float:

@@ -46,6 +46,9 @@ class EventDrivenScheduler(Scheduler):
     def setup(self) -> None:
         self.source = self.context.source_factory(self.spec)
 
+    def inputs_announced(self) -> bool:
+        return self.source is None or bool(getattr(self.source, "announced", False))
+
     def teardown(self) -> None:
         if self.source is not None:
             self.source.close()

@@ -282,7 +282,10 @@ class InboxDelivery:
 
 
 class DatabaseInbox:
-    """Pending rows of the `events` table for one scheduler, claimed with SKIP LOCKED."""
+    """Pending rows of the `events` table for one scheduler, claimed with SKIP LOCKED. Its process
+    looks for them and wakes the scheduler (wakeups.py): `announced`."""
+
+    announced = True
 
     def __init__(self, scheduler_id: str) -> None:
         self.scheduler_id = scheduler_id
@@ -343,6 +346,10 @@ class CompositeSource:
 
     def __init__(self, sources: Sequence[EventSource]) -> None:
         self.sources = list(sources)
+
+    @property
+    def announced(self) -> bool:
+        return all(getattr(source, "announced", False) for source in self.sources)
 
     def receive(self, session: Session, limit: int) -> Sequence[Delivery]:
         deliveries: list[Delivery] = []

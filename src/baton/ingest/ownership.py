@@ -1,11 +1,17 @@
 """The leases of the schedulers one process runs (a director's thread runner, a worker, a child
 process or pod running one scheduler): claimed in one statement, renewed together every retry
-period (which is also their heartbeat), released on a graceful stop.
+period by one write of the process's lease-holder row (which is also their heartbeat), however many
+they are, released on a graceful stop.
 
-A scheduler whose claim is lost (someone else's term now, its organisation gone) is told at once;
-one that cannot be renewed within the renew deadline (database unreachable, process frozen) is
-told to stop too, before its lease can expire and someone else takes over. Fencing (every write
-checked against the claim, storage/scheduler_leases.py) covers whatever slips between the two.
+A scheduler whose claim is lost (someone else's term now, its organisation gone) is told at once:
+each renewal reads how many rows the process owns and the sum of their terms, and only when those
+disagree with what it holds, which rows. Rows it owns but holds no scheduler for (claims never
+taken up, or everything given up in an outage) are released then. A scheduler whose turn has run
+longer than the heartbeat timeout is hung: its row is released as failed, so another process takes
+it over. When the holder cannot be renewed within the renew deadline (database unreachable,
+process frozen) every scheduler is told to stop, before the lease can expire and someone else takes
+over. Fencing (every write checked against the claim, storage/scheduler_leases.py) covers whatever
+slips between the two.
 When the database comes back from an outage the leases are renewed at once, not at the next round.
 """
 
@@ -20,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from baton.core.errors import DatabaseUnavailableError
-from baton.core.leases import making_progress, past_renew_deadline
+from baton.core.leases import hung_before, past_renew_deadline
 from baton.core.logging import get_logger
 from baton.core.settings import LeaseSettings
 from baton.storage import scheduler_leases
@@ -30,6 +36,10 @@ from baton.storage.pool_changes import announce_pool_change
 from baton.storage.scheduler_leases import Claim
 
 log = get_logger("baton.ownership")
+# A claim no scheduler took up within this many leases was forgotten by its claimant (runners give up
+# the claims they do not use: `abandon`): its row is released. Starting 30,000 schedulers on a
+# loaded machine may take longer than one lease.
+ABANDONED_AFTER_LEASES = 10
 # New states are written soon, not at once: when a thousand schedulers start together, one write
 # carries a burst of them instead of one statement per scheduler competing with their start-up.
 STATE_WRITE_GATHER_SECONDS = 0.2
@@ -53,11 +63,43 @@ class Lessee(Protocol):
     def set_enabled(self, enabled: bool) -> None: ...
 
 
-@dataclass
+class _Holdings(dict[str, "_Held"]):
+    """The held claims by scheduler id, with the sum of their terms kept as they come and go: a
+    renewal compares it with the database's without adding up thousands each time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.term_sum = 0
+
+    def __setitem__(self, scheduler_id: str, held: _Held) -> None:
+        previous = super().get(scheduler_id)
+        if previous is not None:
+            self.term_sum -= previous.claim.term
+        super().__setitem__(scheduler_id, held)
+        self.term_sum += held.claim.term
+
+    def __delitem__(self, scheduler_id: str) -> None:
+        self.term_sum -= self[scheduler_id].claim.term
+        super().__delitem__(scheduler_id)
+
+    def pop_held(self, scheduler_id: str) -> _Held | None:
+        held = super().pop(scheduler_id, None)
+        if held is not None:
+            self.term_sum -= held.claim.term
+        return held
+
+    def clear(self) -> None:
+        super().clear()
+        self.term_sum = 0
+
+
+@dataclass(slots=True)
 class _Held:
     claim: Claim
     lessee: Lessee
     state: str | None = None
+    # When the scheduler last reported (a turn began), or, while it waits for its next turn, when
+    # that turn is due: waiting is not hanging, however long the pause.
     progressed_at: float = field(default_factory=time.monotonic)
 
 
@@ -78,8 +120,15 @@ class Ownership:
         self.hung_after_seconds = hung_after_seconds
         self.leader_term: int | None = None  # set by a director: claims only while its term holds
         self._clock = clock
-        self._held: dict[str, _Held] = {}
+        self._held = _Holdings()
+        self._pending: dict[str, tuple[Claim, float]] = {}  # claimed here, no scheduler holds it yet
+        self._disabled: frozenset[str] = frozenset()
+        self._compare_rows = False  # at the next renewal, whatever the count says (everything given up)
+        self._renewals = 0
         self._lock = threading.Lock()
+        # Claims, releases and renewals one at a time: what the database says the process owns and
+        # what it holds are compared with nothing changing either in between.
+        self._owning = threading.RLock()
         self._renewed_at = clock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -91,24 +140,45 @@ class Ownership:
     # -- claims ------------------------------------------------------------------------------------
 
     def claim(self, scheduler_ids: Iterable[str], runner: str | None = None) -> dict[str, Claim]:
-        """Claim what nobody holds, in one statement; the ones we got."""
+        """Claim what nobody holds, in one statement; the ones we got (to `hold` soon)."""
         wanted = list(scheduler_ids)
-        with self.store.control_session() as session:
-            claims = scheduler_leases.claim_schedulers(
-                session, wanted, self.owner, self.settings.lease_seconds, self.leader_term, runner=runner
-            )
+        with self._owning:
+            with self.store.control_session() as session:
+                claims = scheduler_leases.claim_schedulers(
+                    session, wanted, self.owner, self.settings.lease_seconds, self.leader_term, runner=runner
+                )
+            self._pend(claims)
         if len(claims) < len(wanted):
             self._end_lapsed_lockers()
         return {claim.scheduler_id: claim for claim in claims}
 
     def claim_unowned(self, limit: int, runner: str | None = None, running_here: Iterable[str] = ()) -> list[Claim]:
-        with self.store.control_session() as session:
-            claims = scheduler_leases.claim_unowned(
-                session, self.owner, limit, self.settings.lease_seconds, runner=runner, running_here=running_here
-            )
+        if limit <= 0:
+            return []
+        with self._owning:
+            with self.store.control_session() as session:
+                claims = scheduler_leases.claim_unowned(
+                    session, self.owner, limit, self.settings.lease_seconds, runner=runner, running_here=running_here
+                )
+            self._pend(claims)
         if len(claims) < limit:
             self._end_lapsed_lockers()
         return claims
+
+    def abandon(self, claims: Iterable[Claim]) -> None:
+        """Claims no scheduler will take up (one of that id runs here already): give them up."""
+        with self._owning:
+            with self._lock:
+                gone = [claim for claim in claims if self._pending.get(claim.scheduler_id, (None,))[0] == claim]
+                for claim in gone:
+                    del self._pending[claim.scheduler_id]
+            self._release(gone, "stopped", announce=False)
+
+    def _pend(self, claims: list[Claim]) -> None:
+        now = self._clock()
+        with self._lock:
+            for claim in claims:
+                self._pending[claim.scheduler_id] = (claim, now)
 
     def _end_lapsed_lockers(self) -> None:
         """Rows we could not claim may be locked by a frozen process past its lease: end its
@@ -121,7 +191,20 @@ class Ownership:
     def hold(self, claim: Claim, lessee: Lessee) -> None:
         """Renew `claim` from now on, on behalf of `lessee`."""
         with self._lock:
+            pending = self._pending.get(claim.scheduler_id)
+            if pending is not None and pending[0] == claim:
+                del self._pending[claim.scheduler_id]
             self._held[claim.scheduler_id] = _Held(claim, lessee)
+            disabled = claim.scheduler_id in self._disabled
+        if disabled:
+            lessee.set_enabled(False)
+
+    def expect(self, scheduler_id: str, pause: float) -> None:
+        """The scheduler's turn ended; its next is due in `pause` seconds: it is not hung until then."""
+        with self._lock:
+            held = self._held.get(scheduler_id)
+            if held is not None:
+                held.progressed_at = self._clock() + pause
 
     def report(self, scheduler_id: str, state: str) -> None:
         """The state to write with the next renewal; also proof that the scheduler's loop is alive."""
@@ -141,20 +224,22 @@ class Ownership:
     def release(self, claim: Claim, state: str) -> None:
         """Stop renewing and give the row up with its final state (only if it is still ours). A row
         given up already (release_many, release_all) costs no statement."""
-        with self._lock:
-            held = self._held.get(claim.scheduler_id)
-            if held is None or held.claim != claim:
-                return
-            del self._held[claim.scheduler_id]
-        with self.store.control_session() as session:
-            scheduler_leases.release_claims(session, [claim], state)
+        with self._owning:
+            with self._lock:
+                held = self._held.get(claim.scheduler_id)
+                if held is None or held.claim != claim:
+                    return
+                del self._held[claim.scheduler_id]
+            with self.store.control_session() as session:
+                scheduler_leases.release_claims(session, [claim], state)
 
     def release_many(self, scheduler_ids: Iterable[str], state: str, announce: bool = False) -> int:
         """Give these rows up in one statement (a worker above its share): peers may claim them at
         once; the schedulers still running here are stopped by their owner and fenced meanwhile."""
-        with self._lock:
-            claims = [held.claim for held in (self._held.pop(sid, None) for sid in scheduler_ids) if held is not None]
-        return self._release(claims, state, announce)
+        with self._owning:
+            with self._lock:
+                claims = [h.claim for h in (self._held.pop_held(sid) for sid in scheduler_ids) if h is not None]
+            return self._release(claims, state, announce)
 
     def _release(self, claims: list[Claim], state: str, announce: bool) -> int:
         """`announce`: wake the workers, who claim what was given up in their next round."""
@@ -167,16 +252,18 @@ class Ownership:
             return released
 
     def release_all(self, state: str, announce: bool = False) -> int:
-        """Give every held row up in one statement (a worker leaving): peers can claim them at once,
-        and any write the schedulers still attempt is fenced."""
-        with self._lock:
-            claims = [held.claim for held in self._held.values()]
-            self._held.clear()
-        return self._release(claims, state, announce)
+        """Give every held (and claimed, not yet held) row up in one statement (a worker leaving):
+        peers can claim them at once, and any write the schedulers still attempt is fenced."""
+        with self._owning:
+            with self._lock:
+                claims = [held.claim for held in self._held.values()] + [c for c, _ in self._pending.values()]
+                self._held.clear()
+                self._pending.clear()
+            return self._release(claims, state, announce)
 
     def forget(self, scheduler_id: str) -> None:
         with self._lock:
-            self._held.pop(scheduler_id, None)
+            self._held.pop_held(scheduler_id)
 
     def held(self) -> list[Claim]:
         with self._lock:
@@ -185,42 +272,110 @@ class Ownership:
     # -- renewal -----------------------------------------------------------------------------------
 
     def renew(self) -> None:
-        """One round: renew every lease whose scheduler still makes progress, in one statement per
-        state; tell the lessees of lost claims. Raises when the database cannot be reached."""
-        now = self._clock()
+        """One round: renew the process's holder row (every row it owns with it) and write the states
+        that changed; release the rows of hung schedulers and the rows it owns but holds nothing for;
+        tell the lessees of lost claims and of queues enabled or disabled. Raises when the database
+        cannot be reached."""
+        told: list[tuple[_Held, str]] = []
+        with self._owning:
+            now = self._clock()
+            with self._lock:
+                cutoff = hung_before(now, self.hung_after_seconds)
+                hung = [held for held in self._held.values() if held.progressed_at <= cutoff]
+                for held in hung:
+                    del self._held[held.claim.scheduler_id]
+                abandoned_after = ABANDONED_AFTER_LEASES * self.settings.lease_seconds
+                stale = [claim for claim, at in self._pending.values() if now - at > abandoned_after]
+                for claim in stale:
+                    del self._pending[claim.scheduler_id]
+                owns_nothing = not (self._held or self._pending or hung or stale or self._compare_rows)
+            if owns_nothing:  # nothing to renew: no statement (and no holder row kept alive)
+                self._renewed_at = self._clock()
+                return
+            self.write_changed_states()
+            with self.store.control_session() as session:
+                scheduler_leases.release_claims(session, [held.claim for held in hung], "failed")
+                scheduler_leases.release_claims(session, stale, "stopped")
+                self._renewals += 1
+                holding = scheduler_leases.renew_holder(
+                    session, self.owner, self.settings.lease_seconds, forget_gone=self._renewals % 100 == 1
+                )
+                with self._lock:
+                    count, term_sum = self._expected()
+                orphans: list[Claim] = []
+                if holding.count != count or holding.term_sum != term_sum or self._compare_rows:
+                    with self._lock:
+                        expected = self._expected_claims()
+                    owned = scheduler_leases.owned_terms(session, self.owner)
+                    told += self._lost(expected, owned)
+                    orphans = [Claim(sid, self.owner, term) for sid, term in owned.items() if sid not in expected]
+                    self._compare_rows = False
+                scheduler_leases.release_claims(session, orphans, "stopped")
+            self._renewed_at = self._clock()
+        for held in hung:
+            log.warning("scheduler hung; its row is given up", scheduler=held.claim.scheduler_id)
+            told.append((held, f"its turn ran longer than {self.hung_after_seconds:g} s (hung); row given up"))
+        for held, reason in told:
+            held.lessee.lease_lost(reason)
+        self._tell_enabled(holding.disabled)
+
+    def _expected(self) -> tuple[int, int]:
+        """Under the lock: how many rows the database should say we own, and the sum of their terms."""
+        count, term_sum = len(self._held), self._held.term_sum
+        for scheduler_id, (claim, _) in self._pending.items():
+            held = self._held.get(scheduler_id)  # a newer claim of a row whose older one is held
+            if held is not None:
+                count -= 1
+                term_sum -= held.claim.term
+            count += 1
+            term_sum += claim.term
+        return count, term_sum
+
+    def _expected_claims(self) -> dict[str, Claim]:
+        """Under the lock: the claims the database should have."""
+        expected = {scheduler_id: held.claim for scheduler_id, held in self._held.items()}
+        expected.update({scheduler_id: claim for scheduler_id, (claim, _) in self._pending.items()})
+        return expected
+
+    def _lost(self, expected: dict[str, Claim], owned: dict[str, int]) -> list[tuple[_Held, str]]:
+        """Forget the claims the database no longer has under our owner and term; their lessees."""
+        lost: list[tuple[_Held, str]] = []
         with self._lock:
-            live = [
-                held
-                for held in self._held.values()
-                if making_progress(now, held.progressed_at, self.hung_after_seconds)
-            ]
-            self._changed.clear()
-        self._renew(live)
-        self._renewed_at = self._clock()
+            for sid, claim in expected.items():
+                if owned.get(sid) == claim.term:
+                    continue
+                self._pending.pop(sid, None)
+                held = self._held.get(sid)
+                if held is not None and held.claim == claim:
+                    del self._held[sid]
+                    lost.append((held, "its row is held under another term now (taken over, or organisation deleted)"))
+        return lost
+
+    def _tell_enabled(self, disabled: frozenset[str]) -> None:
+        """Tell the lessees whose queue was disabled or enabled since the last renewal."""
+        with self._lock:
+            changed = disabled ^ self._disabled
+            self._disabled = disabled
+            told = [(held.lessee, sid not in disabled) for sid in changed if (held := self._held.get(sid)) is not None]
+        for lessee, enabled in told:
+            lessee.set_enabled(enabled)
 
     def write_changed_states(self) -> None:
-        """Between rounds: only the schedulers whose state changed (their leases renewed with it)."""
+        """The new states of the schedulers whose state changed (a start, a stop), one statement per
+        state; a row no longer ours is a lost claim."""
         with self._lock:
             changed = [self._held[sid] for sid in self._changed if sid in self._held]
             self._changed.clear()
-        self._renew(changed)
-
-    def _renew(self, live: list[_Held]) -> None:
-        with self._lock:
-            states = {held.claim.scheduler_id: held.state for held in live if held.state is not None}
-        if live:
-            with self.store.control_session() as session:
-                renewed = scheduler_leases.renew_claims(
-                    session, [held.claim for held in live], self.settings.lease_seconds, states
-                )
-        else:
-            renewed = {}
-        for held in live:
-            answer = renewed.get(held.claim.scheduler_id)
-            if answer is None:
+            states = {held.claim.scheduler_id: held.state for held in changed if held.state is not None}
+        if not changed:
+            return
+        with self.store.control_session() as session:
+            renewed = scheduler_leases.renew_claims(
+                session, [held.claim for held in changed], self.settings.lease_seconds, states
+            )
+        for held in changed:
+            if held.claim.scheduler_id not in renewed:
                 self._lose(held, "its row is held under another term now (taken over, or organisation deleted)")
-            else:
-                held.lessee.set_enabled(answer.enabled)
 
     def _lose(self, held: _Held, reason: str) -> None:
         with self._lock:
@@ -235,6 +390,7 @@ class Ownership:
     def give_up_everything(self, reason: str) -> None:
         with self._lock:
             everything = list(self._held.values())
+            self._compare_rows = True  # the rows stay ours until released: the next renewal releases them
         for held in everything:
             self._lose(held, reason)
 
@@ -285,3 +441,11 @@ class Ownership:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        with self._lock:
+            holds_nothing = not self._held and not self._pending
+        if holds_nothing:  # a process that gave everything up leaves no holder row behind
+            try:
+                with self.store.control_session() as session:
+                    scheduler_leases.remove_holder(session, self.owner)
+            except Exception:
+                log.info("could not remove the lease holder's row; it expires", owner=self.owner)

@@ -1,8 +1,13 @@
 """Scheduler ownership: who runs each scheduler, and the fencing check every scheduler write passes.
 
-- Ownership: each `schedulers` row has an owner, a term and an expiry (on the database's clock,
-  storage/clock.py). A claim sets the owner and increments the term; the owner renews its rows in
-  one statement per round.
+- Ownership: each `schedulers` row has an owner and a term. A claim sets the owner, increments the
+  term and leases the row for a lease's time (on the database's clock, storage/clock.py). From then
+  on the owner's `lease_holders` row keeps it leased: one row per process, renewed once per retry
+  period, however many schedulers it owns (idle rows are not written at all). A row's lease ends
+  when both its claim's lease and its holder's have ended (`Scheduler.lease_expires_at`); its
+  heartbeat is its holder's last renewal (`Scheduler.heartbeat_at`). The holder learns what it lost
+  (a row taken over, revoked or deleted) from a count and a sum of terms of the rows it owns, read
+  from an index with each renewal, and the full list only when those disagree with what it holds.
 - Fencing: every transaction a scheduler writes in starts by locking its row FOR SHARE where
   (owner, term) are still its own. A new owner's claim (an UPDATE) waits for that lock, and every
   later write of the old owner finds a different term and is refused: no write from a superseded
@@ -16,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, String, and_, func, literal, or_, select, text, tuple_, update
+from sqlalchemy import BigInteger, ColumnElement, String, and_, delete, func, literal, or_, select, text, tuple_, update
 from sqlalchemy import event as orm_events
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import OperationalError
@@ -24,15 +29,15 @@ from sqlalchemy.orm import ORMExecuteState, Session
 
 from baton.core.errors import FencedError
 from baton.storage.clock import db_after, db_now
-from baton.storage.engine import on_postgresql
+from baton.storage.engine import insert_for, on_postgresql
 from baton.storage.leadership import term_is_current
-from baton.storage.tables import Organisation, Scheduler
+from baton.storage.tables import LeaseHolder, Organisation, Scheduler
 
 CLAIM_SETTING = "baton.claim"
 REVOKE_LOCK_TIMEOUT_MS = 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Claim:
     """The right to run one scheduler: its row, its owner and the term of this claim (the token)."""
 
@@ -53,7 +58,9 @@ _LAPSED_SESSIONS = text(
     FROM pg_stat_activity AS activity
     JOIN schedulers
       ON schedulers.owner IS NOT NULL
-     AND schedulers.lease_expires_at < clock_timestamp()
+     AND GREATEST(schedulers.lease_expires_at,
+                  (SELECT holder.expires_at FROM lease_holders AS holder WHERE holder.owner = schedulers.owner))
+         < clock_timestamp()
      AND activity.application_name = left(
            'baton ' || split_part(split_part(schedulers.owner, '#', 1), ':', 2)
            || '@' || split_part(split_part(schedulers.owner, '#', 1), ':', 1), 63)
@@ -145,8 +152,8 @@ def _claim_where(
     values: dict[str, Any] = {
         "owner": owner,
         "term": Scheduler.term + 1,
-        "lease_expires_at": db_after(session, lease_seconds),
-        "heartbeat_at": db_now(session),
+        "written_lease_expires_at": db_after(session, lease_seconds),
+        "written_heartbeat_at": db_now(session),
         "location": owner.split("#", 1)[0],  # host:pid, as every location reads
         "state": "starting",
     }
@@ -187,8 +194,10 @@ class Renewed:
 def renew_claims(
     session: Session, claims: Sequence[Claim], lease_seconds: float, states: dict[str, str] | None = None
 ) -> dict[str, Renewed]:
-    """Renew many leases (and write their heartbeat) in one statement per state; the claims that
-    are still ours. A claim missing from the answer was lost: its scheduler must stop."""
+    """Renew these rows' own leases (and write their heartbeat and, where given, their state) in one
+    statement per state; the claims that are still ours. A claim missing from the answer was lost:
+    its scheduler must stop. A process renews its holder row instead (`renew_holder`) and writes
+    only the rows whose state changed with this."""
     states = states or {}
     by_state: dict[str | None, list[Claim]] = {}
     for claim in claims:
@@ -196,8 +205,8 @@ def renew_claims(
     renewed: dict[str, Renewed] = {}
     for state, group in by_state.items():
         values: dict[str, Any] = {
-            "lease_expires_at": db_after(session, lease_seconds),
-            "heartbeat_at": db_now(session),
+            "written_lease_expires_at": db_after(session, lease_seconds),
+            "written_heartbeat_at": db_now(session),
         }
         if state is not None:
             values["state"] = state
@@ -220,7 +229,7 @@ def release_claims(session: Session, claims: Sequence[Claim], state: str) -> int
     result = session.execute(
         update(Scheduler)
         .where(_held(session, claims))
-        .values(owner=None, lease_expires_at=None, state=state, heartbeat_at=db_now(session))
+        .values(owner=None, written_lease_expires_at=None, state=state, written_heartbeat_at=db_now(session))
         .execution_options(synchronize_session=False)
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
@@ -237,7 +246,7 @@ def revoke_claims(session: Session, leader_term: int) -> int:
     condition = and_(Scheduler.owner.is_not(None), term_is_current(session, leader_term))
     revoke = (
         update(Scheduler)
-        .values(owner=None, term=Scheduler.term + 1, lease_expires_at=None)
+        .values(owner=None, term=Scheduler.term + 1, written_lease_expires_at=None)
         .execution_options(synchronize_session=False)
     )
     if on_postgresql(session):
@@ -315,6 +324,53 @@ def mark_failed_unless_claimed(session: Session, scheduler_id: str, owner_prefix
             Scheduler.id == scheduler_id,
             Scheduler.owner.startswith(owner_prefix, autoescape=True),
         )
-        .values(state="failed", owner=None, lease_expires_at=None)
+        .values(state="failed", owner=None, written_lease_expires_at=None)
         .execution_options(synchronize_session=False)
     )
+
+
+# -- lease holders: one row per process keeps every row it owns leased ---------------------------------
+
+# A holder row whose process is long gone (it leases nothing any more) is removed by a later renewal
+# of any holder (every hundredth).
+FORGOTTEN_AFTER_SECONDS = 86_400.0
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What the database says an owner holds: how many rows, the sum of their terms (a claim lost
+    and another gained between two renewals would leave the count as it was, not the sum), and which
+    of them are disabled queues."""
+
+    count: int
+    term_sum: int
+    disabled: frozenset[str]
+
+
+def renew_holder(session: Session, owner: str, lease_seconds: float, forget_gone: bool = False) -> Holding:
+    """Extend the lease of every row `owner` owns, in one write however many there are, and read
+    back what it owns (from the (owner, term) index and the partial index of disabled queues).
+    `forget_gone`: remove the rows of holders gone for a day as well."""
+    values = {"expires_at": db_after(session, lease_seconds), "renewed_at": db_now(session)}
+    upsert = insert_for(session)(LeaseHolder).values(owner=owner, **values)
+    session.execute(upsert.on_conflict_do_update(index_elements=[LeaseHolder.owner], set_=values))
+    if forget_gone:
+        forgotten = LeaseHolder.expires_at < db_after(session, -FORGOTTEN_AFTER_SECONDS)
+        session.execute(delete(LeaseHolder).where(forgotten))
+    count, term_sum = session.execute(
+        select(func.count(), func.coalesce(func.sum(Scheduler.term), 0)).where(Scheduler.owner == owner)
+    ).one()
+    disabled = session.scalars(select(Scheduler.id).where(Scheduler.owner == owner, ~Scheduler.enabled)).all()
+    return Holding(int(count), int(term_sum), frozenset(disabled))
+
+
+def owned_terms(session: Session, owner: str) -> dict[str, int]:
+    """Every row `owner` owns, with its term: read when a renewal's count or sum disagrees with what
+    the process holds."""
+    rows = session.execute(select(Scheduler.id, Scheduler.term).where(Scheduler.owner == owner)).all()
+    return {scheduler_id: int(term) for scheduler_id, term in rows}
+
+
+def remove_holder(session: Session, owner: str) -> None:
+    """A process that gave every row up and stops: its holder row goes (else it expires)."""
+    session.execute(delete(LeaseHolder).where(LeaseHolder.owner == owner))

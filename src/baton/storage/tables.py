@@ -15,6 +15,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    ColumnElement,
     DateTime,
     ForeignKey,
     Index,
@@ -24,11 +25,16 @@ from sqlalchemy import (
     TypeDecorator,
     Uuid,
     literal_column,
+    select,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.ext.hybrid import hybrid_property
+from sqlalchemy.orm import DeclarativeBase, Mapped, column_property, mapped_column
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import GenericFunction
 
 from baton.core.model import SchedulerState, TaskStatus, utcnow
 
@@ -83,6 +89,35 @@ class Organisation(Base):
     catalogue_synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
+class LeaseHolder(Base):
+    """A process that holds scheduler leases (storage/scheduler_leases.py): one row, renewed once per
+    retry period, keeps every scheduler row it owns leased and heartbeating (as an etcd lease keeps
+    the keys attached to it), however many there are."""
+
+    __tablename__ = "lease_holders"
+
+    owner: Mapped[str] = mapped_column(String(256), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    renewed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class later_of(GenericFunction[datetime | None]):
+    """The later of two timestamps, either of which may be NULL."""
+
+    inherit_cache = True
+
+
+@compiles(later_of, "postgresql")
+def _later_of_postgresql(element: later_of, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"GREATEST({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(later_of, "sqlite")
+def _later_of_sqlite(element: later_of, compiler: SQLCompiler, **kw: Any) -> str:
+    first, second = (compiler.process(clause, **kw) for clause in element.clauses)
+    return f"max(coalesce({first}, {second}), coalesce({second}, {first}))"  # max() of SQLite is NULL with a NULL
+
+
 class Scheduler(Base):
     """One row per (organisation, type): it is both the queue and the scheduler's live state."""
 
@@ -96,13 +131,68 @@ class Scheduler(Base):
     runner: Mapped[str | None] = mapped_column(String(32), nullable=True)
     state: Mapped[str] = mapped_column(String(16), default=SchedulerState.STOPPED.value)
     location: Mapped[str | None] = mapped_column(String(256), nullable=True)
-    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # What the row itself says (written at claims, releases and state changes); `heartbeat_at` and
+    # `lease_expires_at` below read the later of that and the owner's lease-holder row.
+    written_heartbeat_at: Mapped[datetime | None] = mapped_column("heartbeat_at", UTCDateTime(), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # Ownership (storage/scheduler_leases.py): who runs this scheduler, under which term (the fencing token:
-    # it grows on every claim), and until when unless renewed.
-    owner: Mapped[str | None] = mapped_column(String(256), nullable=True, index=True)
+    # it grows on every claim), and until when unless its holder renews.
+    owner: Mapped[str | None] = mapped_column(String(256), nullable=True)
     term: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
-    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    written_lease_expires_at: Mapped[datetime | None] = mapped_column("lease_expires_at", UTCDateTime(), nullable=True)
+    holder_renewed_at: Mapped[datetime | None] = column_property(
+        select(LeaseHolder.renewed_at).where(LeaseHolder.owner == owner).correlate_except(LeaseHolder).scalar_subquery()
+    )
+    holder_expires_at: Mapped[datetime | None] = column_property(
+        select(LeaseHolder.expires_at).where(LeaseHolder.owner == owner).correlate_except(LeaseHolder).scalar_subquery()
+    )
+
+    __table_args__ = (
+        Index("ix_schedulers_owner_term", "owner", "term"),
+        Index("ix_schedulers_lease_expires", "lease_expires_at"),
+        Index(
+            "ix_schedulers_owner_disabled",
+            "owner",
+            postgresql_where=text("NOT enabled"),
+            sqlite_where=text("enabled = 0"),  # as SQLAlchemy writes `not enabled` there
+        ),
+    )
+
+    @hybrid_property
+    def heartbeat_at(self) -> datetime | None:
+        """The scheduler's last sign of life: its own row's, or its holder's last renewal."""
+        return _later(self.written_heartbeat_at, self.holder_renewed_at)
+
+    @heartbeat_at.inplace.setter
+    def _set_heartbeat_at(self, value: datetime | None) -> None:
+        self.written_heartbeat_at = value
+
+    @heartbeat_at.inplace.expression
+    @classmethod
+    def _heartbeat_at_expression(cls) -> ColumnElement[datetime | None]:
+        return later_of(cls.written_heartbeat_at, _holder(LeaseHolder.renewed_at, cls.owner), type_=UTCDateTime())
+
+    @hybrid_property
+    def lease_expires_at(self) -> datetime | None:
+        """Until when the row is leased: its own claim's lease, or its holder's, whichever ends later."""
+        return _later(self.written_lease_expires_at, self.holder_expires_at)
+
+    @lease_expires_at.inplace.setter
+    def _set_lease_expires_at(self, value: datetime | None) -> None:
+        self.written_lease_expires_at = value
+
+    @lease_expires_at.inplace.expression
+    @classmethod
+    def _lease_expires_at_expression(cls) -> ColumnElement[datetime | None]:
+        return later_of(cls.written_lease_expires_at, _holder(LeaseHolder.expires_at, cls.owner), type_=UTCDateTime())
+
+
+def _holder(column: Any, owner: Any) -> Any:
+    return select(column).where(LeaseHolder.owner == owner).correlate_except(LeaseHolder).scalar_subquery()
+
+
+def _later(first: datetime | None, second: datetime | None) -> datetime | None:
+    return max((value for value in (first, second) if value is not None), default=None)
 
 
 class Task(Base):
@@ -314,6 +404,13 @@ class Schedule(Base):
     __table_args__ = (
         Index("ix_schedules_due", "scheduler_id", "organisation", "deadline_at"),
         Index("ix_schedules_created", "created_at"),
+        # Which schedules are due, over every scheduler: one statement per process and poll interval.
+        Index(
+            "ix_schedules_deadline_enabled",
+            "deadline_at",
+            postgresql_where=text("enabled"),
+            sqlite_where=text("enabled = 1"),
+        ),
     )
 
 

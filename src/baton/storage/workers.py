@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import delete, exists, func, select, update
+from sqlalchemy import case, delete, exists, func, select, update
 from sqlalchemy.orm import Session
 
 from baton.storage.clock import db_after, db_now
 from baton.storage.engine import insert_for
-from baton.storage.tables import Organisation, Scheduler, WorkerRecord
+from baton.storage.tables import LeaseHolder, Organisation, Scheduler, WorkerRecord
 
 
 def heartbeat_worker(session: Session, worker_id: str, lease_seconds: float) -> None:
@@ -25,14 +25,18 @@ def heartbeat_worker(session: Session, worker_id: str, lease_seconds: float) -> 
 
 
 def live_workers(session: Session) -> list[str]:
-    """Workers whose row runs and none of whose scheduler leases has ended. A running worker renews
-    its leases every retry period, long before they end (the renew deadline comes first), so one that
-    let a lease end has died or is frozen: its peers count it out then and take over its share, not
-    up to a round later when its own row ends."""
+    """Workers whose row runs and whose scheduler leases have not ended (their lease-holder row, and
+    the leases of claims made before it). A running worker renews its leases every retry period, long
+    before they end (the renew deadline comes first), so one that let them end has died or is frozen:
+    its peers count it out then and take over its share, not up to a round later when its own row
+    ends. It reads the few holder rows, not the schedulers' rows."""
     now = db_now(session)
-    lapsed = exists().where(Scheduler.owner == WorkerRecord.id, Scheduler.lease_expires_at <= now)
+    holder_ends = select(LeaseHolder.expires_at).where(LeaseHolder.owner == WorkerRecord.id).scalar_subquery()
+    # Before its first renewal a worker's leases are its claims' own.
+    lapsed_claim = exists().where(Scheduler.owner == WorkerRecord.id, Scheduler.written_lease_expires_at <= now)
+    leased = case((holder_ends.is_not(None), holder_ends > now), else_=~lapsed_claim)
     return list(
-        session.scalars(select(WorkerRecord.id).where(WorkerRecord.expires_at > now, ~lapsed).order_by(WorkerRecord.id))
+        session.scalars(select(WorkerRecord.id).where(WorkerRecord.expires_at > now, leased).order_by(WorkerRecord.id))
     )
 
 
@@ -45,16 +49,20 @@ def seconds_until_a_peer_lease_ends(session: Session, owner: str) -> float | Non
     database's clock; None when no one else holds one that is still running. A worker's share grows
     when a peer's row ends, and it may claim a scheduler once the scheduler's lease has ended."""
     now = db_now(session)
-    scheduler_end = select(func.min(Scheduler.lease_expires_at)).where(
-        Scheduler.owner.is_not(None), Scheduler.owner != owner, Scheduler.lease_expires_at > now
+    holder_end = select(func.min(LeaseHolder.expires_at)).where(
+        LeaseHolder.owner != owner, LeaseHolder.expires_at > now
+    )
+    # Claims' own leases (from the index on them): they outlast the holder's only just after a claim.
+    claim_end = select(func.min(Scheduler.written_lease_expires_at)).where(
+        Scheduler.written_lease_expires_at > now, Scheduler.owner.is_not(None), Scheduler.owner != owner
     )
     worker_end = select(func.min(WorkerRecord.expires_at)).where(
         WorkerRecord.id != owner, WorkerRecord.expires_at > now
     )
-    first_scheduler, first_worker, now_then = session.execute(
-        select(scheduler_end.scalar_subquery(), worker_end.scalar_subquery(), now)
+    first_holder, first_claim, first_worker, now_then = session.execute(
+        select(holder_end.scalar_subquery(), claim_end.scalar_subquery(), worker_end.scalar_subquery(), now)
     ).one()
-    ends = [end for end in (first_scheduler, first_worker) if end is not None]
+    ends = [end for end in (first_holder, first_claim, first_worker) if end is not None]
     return (min(ends) - now_then).total_seconds() if ends else None
 
 
