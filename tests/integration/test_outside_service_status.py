@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -17,9 +17,11 @@ from fastapi.testclient import TestClient
 
 from baton.api.app import create_app
 from baton.core.errors import OutsideServiceError
+from baton.core.model import utcnow
 from baton.core.settings import Settings
 from baton.openkat import BytesClient
 from baton.storage.engine import Store
+from baton.storage.outside_services import record_outside_service
 from harness.standins import BytesStandin, StandinServer
 from tests.katalogus_world import World, client, octopoes_mutation, world
 
@@ -186,3 +188,27 @@ def test_without_outside_services_ready_keeps_its_shape(store: Store) -> None:
         assert samples(replica, "baton_outside_service_up") == {}
         assert control_rows(replica) == {}
         assert 'data-outside="off"' in replica.get("/ui/fragments/control-plane").text
+
+
+def test_a_failure_nobody_has_rechecked_for_three_polls_is_unknown_not_degraded(store: Store) -> None:
+    """Octopoes failed during a backfill that then ended (the boefje was disabled): nobody calls it since,
+    so its last word goes stale and no longer keeps Baton degraded."""
+    poll = 60.0
+    now = utcnow()
+    with store.session() as session:
+        record_outside_service(session, "octopoes", now - timedelta(hours=1), "connection refused", now)
+        record_outside_service(session, "katalogus", None, None, now)
+    with api(store, katalogus_url="http://katalogus:8000", octopoes_url="http://octopoes:80") as replica:
+        assert replica.get("/ready").json()["degraded"][0]["service"] == "octopoes"
+    with store.session() as session:  # the same records, written three polls and a second ago
+        old = now - timedelta(seconds=3 * poll + 1)
+        record_outside_service(session, "octopoes", now - timedelta(hours=1), "connection refused", old)
+    with api(store, katalogus_url="http://katalogus:8000", octopoes_url="http://octopoes:80") as replica:
+        body = replica.get("/ready").json()
+        assert body["status"] == "ready" and "degraded" not in body
+        assert body["outside_services"] == {"katalogus": "up", "octopoes": "unknown"}
+        assert samples(replica, "baton_outside_service_up") == {"katalogus": 1.0}
+        assert samples(replica, "baton_outside_service_checked_age_seconds")["octopoes"] > 3 * poll
+        page = replica.get("/ui/fragments/control-plane").text
+        assert 'data-outside-service="octopoes" data-state="unknown"' in page
+        assert "it was failing: connection refused" in page
