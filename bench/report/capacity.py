@@ -85,6 +85,7 @@ def _series_rows(result: dict[str, Any]) -> list[list[str]]:
                 num(row["cpu_s"]["postgresql"] / measured, 2),
                 num(row["calls_per_loadgen_cpu_s"]),
                 num(row["wal_bytes_per_task"]),
+                num(row.get("checkpoints")),
             ]
         )
     return rows
@@ -182,6 +183,7 @@ def section_capacity(result: dict[str, Any]) -> list[str]:
                 "PostgreSQL cores busy",
                 "calls per load-generator CPU-s",
                 "WAL bytes per task",
+                "checkpoints",
             ],
             _series_rows(result),
         ),
@@ -230,4 +232,28 @@ def section_capacity(result: dict[str, Any]) -> list[str]:
         "bound when dead space is not reused. 100,000 consumed events and 100,000 `boefje_runs` rows likewise.",
         "",
         *table(["table", "rows", "bytes per row", "heap", "indexes", "TOAST"], _growth_rows(growth)),
+        *_retention_lines(growth, result),
+    ]
+
+
+def _retention_lines(growth: dict[str, Any], result: dict[str, Any]) -> list[str]:
+    removal = growth.get("retention")
+    if not removal or not removal["rows"]:
+        return []
+    rows = removal["rows"]
+    per_row = (removal["delete_cpu_s"] + removal["vacuum_cpu_s"]) / rows
+    wal_per_row = (removal["delete_wal_bytes"] + removal["vacuum_wal_bytes"]) / rows
+    deleting = f"{num(removal['delete_cpu_s'], 2)} CPU-s and {num(removal['delete_wal_bytes'] / rows)} bytes of WAL"
+    vacuuming = f"{num(removal['vacuum_cpu_s'], 2)} CPU-s and {num(removal['vacuum_wal_bytes'] / rows)} bytes"
+    largest = installations(result)[-1]
+    return [
+        f"**Retention's cost**: the same {rows:,} finished tasks deleted as the housekeeper deletes them "
+        f"(`storage.retention.delete_finished`, batches of {removal['batch']:,}, a transaction each), then "
+        f"`VACUUM tasks`: PostgreSQL used {deleting} per row to delete, and {vacuuming} per row to vacuum "
+        f"({removal['checkpoints']} checkpoint(s) meanwhile): **{num(per_row * 1e6)} µs of PostgreSQL CPU and "
+        f"{num(wal_per_row)} bytes of WAL per task removed**. At {num(largest['organisations'])} organisations "
+        f"({num(largest['tasks_per_second'])} tasks finishing a second) that is "
+        f"{num(largest['tasks_per_second'] * per_row, 2)} PostgreSQL cores and "
+        f"{num(largest['tasks_per_second'] * wal_per_row / 1e6, 1)} MB/s of WAL, around the clock.",
+        "",
     ]

@@ -18,7 +18,6 @@ which nothing removes) and `boefje_runs` (one per organisation, boefje and objec
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,13 +37,14 @@ from bench.scenarios.common import (
     bench_queue,
     connect,
     fill,
-    fresh_database,
     http_pop,
     http_pop_many,
     serve,
     sql_pop,
+    wal_position,
 )
 from bench.scenarios.push import http_push, raw_insert
+from bench.scenarios.table_growth import growth
 
 CLIENTS = 8
 BATCH = 10
@@ -82,20 +82,14 @@ class Meters:
     postmaster: int
 
     def read(self, conn: Any) -> dict[str, float]:
-        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
         processes = snapshot()
         return {
             "at": time.monotonic(),
             "api": tree_seconds(self.api, processes),
             "postgresql": tree_seconds(self.postmaster, processes),
             "loadgen": own_seconds(),
-            "wal": _lsn_bytes(row[0]),
+            **wal_position(conn),
         }
-
-
-def _lsn_bytes(lsn: str) -> int:
-    high, low = lsn.split("/")
-    return (int(high, 16) << 32) + int(low, 16)
 
 
 def postmaster_of(conn: Any) -> int:
@@ -257,6 +251,7 @@ def summary(series: Series, runs: list[tuple[Rate, dict[str, float], int]]) -> d
     wall = sum(used["at"] for _, used, _ in runs)
     measured = sum(rate.seconds for rate, _, _ in runs)
     wal = sum(used["wal"] for _, used, _ in runs)
+    checkpoints = sum(used["checkpoints"] for _, used, _ in runs)
     return {
         "series": series.name,
         "operation": series.operation,
@@ -272,6 +267,7 @@ def summary(series: Series, runs: list[tuple[Rate, dict[str, float], int]]) -> d
         "window_s": wall,
         "cpu_s": cpu,
         "wal_bytes": wal,
+        "checkpoints": checkpoints,
         "calls_per_api_cpu_s": calls / cpu["api"] if series.via == "http" and cpu["api"] else None,
         "calls_per_postgresql_cpu_s": calls / cpu["postgresql"] if cpu["postgresql"] else None,
         "tasks_per_api_cpu_s": tasks / cpu["api"] if series.via == "http" and cpu["api"] else None,
@@ -336,7 +332,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "idle": at_rest,
         "series": rows,
         "against_sql": against_sql(rows),
-        "growth": growth(ctx),
+        "growth": growth(ctx, postmaster),
     }
 
 
@@ -357,93 +353,3 @@ def against_sql(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "rate_ratio": http["per_second"] / sql["per_second"] if sql["per_second"] else None,
         }
     return found
-
-
-# -- table growth ----------------------------------------------------------------------------------------
-
-TASKS = 100_000
-BOEFJES = 20
-# OpenKAT's boefje task as Baton stores it (core.jobs.job_document of a BoefjeJob): the task's id, the
-# boefje as the catalogue describes it, the object, the organisation.
-GROWTH_SQL = (
-    "WITH t AS MATERIALIZED (SELECT gen_random_uuid() AS id, n, p.id AS boefje, p.name, p.version, p.oci_image,"
-    " 'org-' || lpad((n %% 100)::text, 4, '0') AS org,"
-    " 'Hostname|internet|host-' || n || '.customer-' || (n %% 100) || '.example.com' AS ooi"
-    " FROM (SELECT id, name, version, oci_image FROM plugins WHERE type = 'boefje' ORDER BY id LIMIT %(boefjes)s) AS p,"
-    " generate_series(1, %(objects)s) AS n)"
-    " INSERT INTO tasks (id, scheduler_id, organisation, type, priority, status, hash, data, fair_key, attempts,"
-    " created_at, modified_at)"
-    " SELECT id, 'boefje-' || org, org, 'boefje', 3, 'queued', md5(ooi || '-' || boefje || '-' || org),"
-    " jsonb_build_object('id', id, 'boefje', jsonb_build_object('id', boefje, 'name', name, 'version', version,"
-    " 'oci_image', oci_image), 'input_ooi', ooi, 'organization', org, 'deduplication_key', NULL,"
-    " 'dispatches', '[]'::jsonb), n::bigint * 1000, 0, now(), now() FROM t"
-)
-EVENTS_SQL = (
-    "INSERT INTO events (scheduler_id, kind, payload, created_at, consumed_at)"
-    " SELECT 'boefje-org-' || lpad((n % 100)::text, 4, '0'), 'scan_profile_mutation',"
-    " jsonb_build_object('type', 'scan_profile_mutation', 'operation', 'update', 'object', jsonb_build_object("
-    "'primary_key', 'Hostname|internet|host-' || n || '.customer-' || (n % 100) || '.example.com',"
-    " 'object_type', 'Hostname', 'scan_level', 2)), now(), now() FROM generate_series(1, 100000) AS n"
-)
-RUNS_SQL = (
-    "INSERT INTO boefje_runs (organisation, boefje_id, object_key, queued_at)"
-    " SELECT 'org-' || lpad((n %% 100)::text, 4, '0'), p.id,"
-    " 'Hostname|internet|host-' || n || '.customer-' || (n %% 100) || '.example.com', now()"
-    " FROM (SELECT id FROM plugins WHERE type = 'boefje' ORDER BY id LIMIT %(boefjes)s) AS p,"
-    " generate_series(1, %(objects)s) AS n"
-)
-
-
-def sizes(conn: Any, table: str) -> dict[str, int]:
-    row = conn.execute(
-        "SELECT pg_total_relation_size(%(t)s), pg_relation_size(%(t)s), pg_indexes_size(%(t)s),"
-        " (SELECT count(*) FROM " + table + ")",
-        {"t": table},
-    ).fetchone()
-    total, heap, indexes, rows = (int(value) for value in row)
-    return {
-        "rows": rows,
-        "total_bytes": total,
-        "heap_bytes": heap,
-        "index_bytes": indexes,
-        "toast_bytes": total - heap - indexes,
-        "bytes_per_row": total // rows if rows else 0,
-    }
-
-
-def growth(ctx: Context) -> dict[str, Any]:
-    fresh_database(ctx)
-    organisations = [f"org-{index:04d}" for index in range(100)]
-    from bench.scenarios.common import add_organisations
-
-    with connect(ctx) as conn:
-        add_organisations(conn, organisations)
-        found = conn.execute("SELECT count(*) FROM plugins WHERE type = 'boefje'").fetchone()
-        boefjes = min(BOEFJES, int(found[0]))
-        shape = {"boefjes": boefjes, "objects": math.ceil(ctx.size(TASKS, 20_000) / boefjes)}
-        conn.execute(GROWTH_SQL, shape)
-        # The lifecycle, each step a new row version as in real life (pop, running, completed).
-        conn.execute("UPDATE tasks SET status = 'dispatched', attempts = 1, modified_at = now()")
-        conn.execute("UPDATE tasks SET status = 'running', modified_at = now()")
-        conn.execute("UPDATE tasks SET status = 'completed', modified_at = now()")
-        conn.execute("VACUUM ANALYZE tasks")
-        after_lifecycle = sizes(conn, "tasks")
-        conn.execute("VACUUM FULL tasks")
-        packed = sizes(conn, "tasks")
-        sample = conn.execute("SELECT pg_column_size(data), length(data::text) FROM tasks LIMIT 1").fetchone()
-        conn.execute(EVENTS_SQL)
-        conn.execute("VACUUM ANALYZE events")
-        events = sizes(conn, "events")
-        conn.execute(RUNS_SQL, shape)
-        conn.execute("VACUUM ANALYZE boefje_runs")
-        runs = sizes(conn, "boefje_runs")
-    return {
-        "tasks_lifecycle": after_lifecycle,
-        "tasks_packed": packed,
-        "data_stored_bytes": int(sample[0]),
-        "data_json_chars": int(sample[1]),
-        "boefjes": boefjes,
-        "objects": shape["objects"],
-        "events": events,
-        "boefje_runs": runs,
-    }
