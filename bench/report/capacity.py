@@ -187,10 +187,11 @@ def section_capacity(result: dict[str, Any]) -> list[str]:
             ],
             _series_rows(result),
         ),
-        "WAL includes full-page images: the first change of a page after a checkpoint writes the whole page. "
-        "The fills before the pop series write much WAL and bring checkpoints (`max_wal_size`), and pops change "
-        "tasks spread over many pages (random priorities), so WAL per task varies between series and runs far "
-        "more than CPU does: read it as an order of magnitude.",
+        "WAL includes full-page images: the first change of a page after a checkpoint has begun writes the "
+        "whole page. The series that first changes many pages after the fills that precede it (which write much "
+        "WAL and bring checkpoints) pays for them, HTTP pop first in each round; *checkpoints*: those "
+        "`pg_stat_bgwriter` counted during the series' windows. So WAL per task varies between series far more "
+        "than CPU does: read it as an order of magnitude.",
         "",
         "Through HTTP against the raw-SQL baseline of the same operation (PostgreSQL's CPU and WAL per task; "
         "below 1: the API's grouping saves the database work):",
@@ -243,17 +244,18 @@ def _retention_lines(growth: dict[str, Any], result: dict[str, Any]) -> list[str
     rows = removal["rows"]
     per_row = (removal["delete_cpu_s"] + removal["vacuum_cpu_s"]) / rows
     wal_per_row = (removal["delete_wal_bytes"] + removal["vacuum_wal_bytes"]) / rows
-    deleting = f"{num(removal['delete_cpu_s'], 2)} CPU-s and {num(removal['delete_wal_bytes'] / rows)} bytes of WAL"
-    vacuuming = f"{num(removal['vacuum_cpu_s'], 2)} CPU-s and {num(removal['vacuum_wal_bytes'] / rows)} bytes"
+    deleting = f"{num(removal['delete_cpu_s'], 2)} CPU-s ({num(removal['delete_wal_bytes'] / rows)} bytes of WAL a row)"
+    vacuuming = f"{num(removal['vacuum_cpu_s'], 2)} CPU-s ({num(removal['vacuum_wal_bytes'] / rows)} bytes a row)"
     largest = installations(result)[-1]
     return [
         f"**Retention's cost**: the same {rows:,} finished tasks deleted as the housekeeper deletes them "
         f"(`storage.retention.delete_finished`, batches of {removal['batch']:,}, a transaction each), then "
-        f"`VACUUM tasks`: PostgreSQL used {deleting} per row to delete, and {vacuuming} per row to vacuum "
+        f"`VACUUM tasks`: PostgreSQL used {deleting} in all to delete them, and {vacuuming} to vacuum "
         f"({removal['checkpoints']} checkpoint(s) meanwhile): **{num(per_row * 1e6)} µs of PostgreSQL CPU and "
         f"{num(wal_per_row)} bytes of WAL per task removed**. At {num(largest['organisations'])} organisations "
         f"({num(largest['tasks_per_second'])} tasks finishing a second) that is "
         f"{num(largest['tasks_per_second'] * per_row, 2)} PostgreSQL cores and "
-        f"{num(largest['tasks_per_second'] * wal_per_row / 1e6, 1)} MB/s of WAL, around the clock.",
+        f"{num(largest['tasks_per_second'] * wal_per_row / 1e6, 1)} MB/s of WAL, around the clock. (A table that "
+        "fits in memory: on a larger one each batch also reads its pages from disk, time rather than CPU.)",
         "",
     ]
