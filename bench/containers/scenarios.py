@@ -3,6 +3,7 @@ same on the image's default SQLite."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -85,6 +86,7 @@ def run_split(
     orgs = [f"org{n}" for n in range(organisations)]
     report: dict[str, Any] = {"organisations": organisations, "clients": clients}
     started = time.time()
+    load_at_start = os.getloadavg()[0]
     with running(stack, keep):
         log("split: compose up (postgres, rabbitmq, 3 api, 2 directors)")
         stack.up("api")
@@ -126,6 +128,7 @@ def run_split(
         report["failover_seconds"] = chaos.failover_seconds
         report["baseline_latency"] = baseline_latency(ledger, event_latencies(stack, ledger), chaos.actions)
         report["events_per_second"] = rate
+        report["load"] = (load_at_start, os.getloadavg()[0])
     report["seconds"] = time.time() - started
     return report
 
