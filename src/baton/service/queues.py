@@ -28,10 +28,12 @@ import orjson
 
 from baton.core.errors import BatonError, NotFoundError, PayloadTooLargeError
 from baton.core.filters import FilterTree
+from baton.core.listing import Page, PageRequest, cut_page
 from baton.core.model import SchedulerType, TaskStatus, utcnow
 from baton.core.queueing import PopTarget, PushRequest, PushResult
 from baton.core.settings import Settings
 from baton.service.metrics import Metrics
+from baton.storage import listings
 from baton.storage import queues as queue_rows
 from baton.storage.engine import Session, Store
 from baton.storage.executors import QueueExecutor
@@ -70,6 +72,17 @@ def queue_views(session: Session) -> list[QueueView]:
         )
         for row in list_schedulers(session)
     ]
+
+
+def queues_page(session: Session, request: PageRequest) -> Page[QueueView]:
+    """A keyset page of queues with their counts: the counters of the page's queues only."""
+    page = cut_page(request, list(listings.schedulers_page(session, request)), lambda row: (row.organisation, row.id))
+    counts = listings.counts_of(session, [row.id for row in page.rows])
+    views = [
+        QueueView(row.id, row.organisation, row.type, *counts.get(row.id, (0, 0)), row.maxsize, row.enabled)
+        for row in page.rows
+    ]
+    return Page(views, page.next_cursor)
 
 
 def check_data_size(data: object, limit: int) -> None:
@@ -327,9 +340,10 @@ class QueueService:
         return await asyncio.to_thread(work)
 
     # -- reading queues ----------------------------------------------------------------------------
-    def list_queues(self) -> list[QueueView]:
+    def queues_page(self, request: PageRequest) -> Page[QueueView]:
+        """A keyset page of queues by (organisation, id) (`core.listing`), counts from the counters."""
         with self.store.session() as session:
-            return queue_views(session)
+            return queues_page(session, request)
 
     def get_queue(self, queue_id: str) -> QueueView:
         with self.store.session() as session:
