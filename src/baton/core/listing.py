@@ -92,14 +92,21 @@ def check_search(field: str, value: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class PageRequest:
-    """One page of a listing: up to `limit` rows after `after` (None: from the start), of the
-    organisation `organisation` and/or of the organisations whose id starts with `prefix`."""
+    """One page of a listing: up to `limit` rows after `after` (None: from the start), or the last
+    `limit` rows before `before` (the status page's "previous"), of the organisation `organisation`
+    and/or of the organisations whose id starts with `prefix`."""
 
     listing: Listing
     limit: int = DEFAULT_LIMIT
     after: tuple[str, ...] | None = None
     organisation: str | None = None
     prefix: str | None = None
+    before: tuple[str, ...] | None = None
+
+    @property
+    def backwards(self) -> bool:
+        """Read in reverse order (rows before `before`, the nearest first), shown in order."""
+        return self.before is not None
 
     @classmethod
     def of(
@@ -110,29 +117,50 @@ class PageRequest:
         cursor: str | None = None,
         organisation: str | None = None,
         q: str | None = None,
+        before: str | None = None,
     ) -> PageRequest:
         """Checked parameters as the API takes them; InvalidListingError names the one refused."""
         if not 1 <= limit <= MAX_LIMIT:
             raise InvalidListingError("limit", f"between 1 and {MAX_LIMIT}")
+        if cursor is not None and before is not None:
+            raise InvalidListingError("before", "a page starts after a cursor or ends before one, not both")
         after = decode_cursor(listing, cursor) if cursor is not None else None
-        return cls(listing, limit, after, check_search("organisation", organisation), check_search("q", q) or None)
+        ending = decode_cursor(listing, before) if before is not None else None
+        searched = check_search("organisation", organisation), check_search("q", q) or None
+        return cls(listing, limit, after, *searched, before=ending)
 
-    def cursor_after(self, key: tuple[str, ...]) -> str:
+    def cursor_at(self, key: tuple[str, ...]) -> str:
         return encode_cursor(self.listing, key)
 
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
-    """The rows of a page and the cursor of the next one (None: this is the last page)."""
+    """The rows of a page, the cursor of the next page (None: this is the last one) and the cursor
+    that ends the previous page (a `before`; None: this is the first page)."""
 
     rows: list[T]
     next_cursor: str | None
+    previous_cursor: str | None = None
 
 
 def cut_page(request: PageRequest, rows: list[T], key_of: Callable[[T], tuple[str, ...]]) -> Page[T]:
-    """`rows`: up to `limit + 1` rows read in order; one more than `limit` means there is a next page,
-    which starts after the last row shown. `key_of(row)`: a row's ordering key."""
+    """`rows`: up to `limit + 1` rows as read (in order; backwards, the nearest first); one more than
+    `limit` means there are more in the direction read. `key_of(row)`: a row's ordering key.
+
+    Forwards, the next page starts after the last row shown, and a page that starts after a cursor has
+    a previous one, ending before its first row. Backwards, the mirror image: a page read before a
+    cursor has a next one (the page it came from)."""
+    more = len(rows) > request.limit
     shown = rows[: request.limit]
-    if len(rows) <= request.limit or not shown:
-        return Page(shown, None)
-    return Page(shown, request.cursor_after(key_of(shown[-1])))
+    if request.backwards:
+        shown.reverse()
+    if not shown:
+        return Page(shown, None, None)
+    following = more if not request.backwards else True
+    preceding = more if request.backwards else request.after is not None
+    first, last = key_of(shown[0]), key_of(shown[-1])
+    return Page(
+        shown,
+        request.cursor_at(last) if following else None,
+        request.cursor_at(first) if preceding else None,
+    )

@@ -38,7 +38,7 @@ from baton.storage import queues as queue_rows
 from baton.storage.engine import Session, Store
 from baton.storage.executors import QueueExecutor
 from baton.storage.organisations import adopt_organisation
-from baton.storage.scheduler_rows import get_scheduler, list_schedulers
+from baton.storage.scheduler_rows import get_scheduler
 from baton.storage.tasks import RECORD_COLUMNS, find_task
 from baton.storage.wakeups import Wakeups, wakeups_for
 
@@ -57,20 +57,13 @@ class QueueView:
     enabled: bool
 
 
-def queue_views(session: Session) -> list[QueueView]:
-    """Every queue with its counts, from the trigger-kept counters (no scan of the tasks)."""
-    counts = queue_rows.queue_counts(session)
+def queue_views_of(session: Session, organisations: Sequence[str]) -> list[QueueView]:
+    """The queues of the given organisations with their counts, from the trigger-kept counters."""
+    rows = listings.schedulers_of(session, organisations)
+    counts = listings.counts_of(session, [row.id for row in rows])
     return [
-        QueueView(
-            id=row.id,
-            organisation=row.organisation,
-            type=row.type,
-            size=counts.get(row.id, (0, 0))[0],
-            in_flight=counts.get(row.id, (0, 0))[1],
-            maxsize=row.maxsize,
-            enabled=row.enabled,
-        )
-        for row in list_schedulers(session)
+        QueueView(row.id, row.organisation, row.type, *counts.get(row.id, (0, 0)), row.maxsize, row.enabled)
+        for row in rows
     ]
 
 

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from baton.core.heartbeat import CLAIMS_TO_RUN
 from baton.core.listing import PageRequest, prefix_range
+from baton.core.model import SchedulerState
 from baton.storage.engine import on_postgresql
 from baton.storage.tables import LeaseHolder, Organisation, QueueCounter, Scheduler
 
@@ -41,27 +42,64 @@ def _searched(session: Session, column: Any, request: PageRequest) -> list[Colum
 
 
 def organisations_page(session: Session, request: PageRequest) -> Sequence[Organisation]:
-    """Up to `limit + 1` organisations after `request.after`, by id."""
+    """Up to `limit + 1` organisations after `request.after` by id (backwards: before `request.before`,
+    the nearest first)."""
     org_id = _bytewise(session, Organisation.id)
     conditions = _searched(session, Organisation.id, request)
     if request.after is not None:
         conditions.append(org_id > request.after[0])
-    query = select(Organisation).where(*conditions).order_by(org_id).limit(request.limit + 1)
-    return session.scalars(query).all()
+    if request.before is not None:
+        conditions.append(org_id < request.before[0])
+    order = org_id.desc() if request.backwards else org_id
+    return session.scalars(select(Organisation).where(*conditions).order_by(order).limit(request.limit + 1)).all()
 
 
-def schedulers_page(session: Session, request: PageRequest) -> Sequence[Scheduler]:
-    """Up to `limit + 1` schedulers after `request.after` = (organisation, id), by organisation, then id."""
+def _beyond(organisation: Any, scheduler_id: Any, key: tuple[str, ...], later: bool) -> ColumnElement[bool]:
+    """(organisation, id) > key (`later`) or < key, spelt out: both backends make it one index range."""
+    key_org, key_id = key
+    if later:
+        return or_(organisation > key_org, and_(organisation == literal(key_org), scheduler_id > key_id))
+    return or_(organisation < key_org, and_(organisation == literal(key_org), scheduler_id < key_id))
+
+
+def problem_condition(now: datetime, heartbeat_timeout: float) -> ColumnElement[bool]:
+    """The heartbeat rule of `core.heartbeat` in SQL: failed, or claims to run without a heartbeat
+    within the timeout (the later of the row's own and its lease holder's last renewal)."""
+    holder = select(LeaseHolder.renewed_at).where(LeaseHolder.owner == Scheduler.owner)
+    holder_beat = holder.correlate(Scheduler).scalar_subquery()
+    cutoff = now - timedelta(seconds=heartbeat_timeout)
+    quiet = and_(
+        or_(Scheduler.written_heartbeat_at.is_(None), Scheduler.written_heartbeat_at < cutoff),
+        or_(holder_beat.is_(None), holder_beat < cutoff),
+    )
+    claims = Scheduler.state.in_([state.value for state in CLAIMS_TO_RUN])
+    return or_(Scheduler.state == SchedulerState.FAILED.value, and_(claims, quiet))
+
+
+def schedulers_page(
+    session: Session, request: PageRequest, problems: ColumnElement[bool] | None = None
+) -> Sequence[Scheduler]:
+    """Up to `limit + 1` schedulers after `request.after` = (organisation, id), by organisation, then
+    id (backwards: before `request.before`, the nearest first); `problems`: only those it holds for
+    (`problem_condition`)."""
     organisation, scheduler_id = _bytewise(session, Scheduler.organisation), _bytewise(session, Scheduler.id)
     conditions = _searched(session, Scheduler.organisation, request)
     if request.after is not None:
-        after_org, after_id = request.after
-        # (organisation, id) > (a, b), spelt out: both backends turn it into one index range.
-        conditions.append(
-            or_(organisation > after_org, and_(organisation == literal(after_org), scheduler_id > after_id))
-        )
-    query = select(Scheduler).where(*conditions).order_by(organisation, scheduler_id).limit(request.limit + 1)
-    return session.scalars(query).all()
+        conditions.append(_beyond(organisation, scheduler_id, request.after, later=True))
+    if request.before is not None:
+        conditions.append(_beyond(organisation, scheduler_id, request.before, later=False))
+    if problems is not None:
+        conditions.append(problems)
+    order = (organisation.desc(), scheduler_id.desc()) if request.backwards else (organisation, scheduler_id)
+    return session.scalars(select(Scheduler).where(*conditions).order_by(*order).limit(request.limit + 1)).all()
+
+
+def schedulers_of(session: Session, organisations: Sequence[str]) -> Sequence[Scheduler]:
+    """The schedulers (queues) of the given organisations, by organisation, then id."""
+    if not organisations:
+        return []
+    query = select(Scheduler).where(Scheduler.organisation.in_(list(organisations)))
+    return session.scalars(query.order_by(Scheduler.organisation, Scheduler.id)).all()
 
 
 def counts_of(session: Session, queue_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
@@ -83,36 +121,32 @@ class EstateCounts:
     organisations: int
     schedulers: int
     disabled: int
-    by_state: dict[str, int]  # as the rows say
-    stale: int  # claim to run without a heartbeat within the timeout (shown failed)
+    by_state: dict[str, int]  # by the heartbeat rule: a stale scheduler counts as failed
+    stale: int  # claim to run without a heartbeat within the timeout
     queued: int
     in_flight: int
 
 
 def estate_counts(session: Session, now: datetime, heartbeat_timeout: float) -> EstateCounts:
-    """Counts by aggregate SQL, not by listing: organisations; schedulers by state, disabled and stale
-    (the heartbeat rule of `core.heartbeat`, in SQL: the later of the row's own heartbeat and its lease
-    holder's last renewal); queued and in-flight tasks summed from the counters."""
+    """Counts by aggregate SQL, not by listing: organisations; schedulers by state as shown (the
+    heartbeat rule of `core.heartbeat` in SQL: a scheduler that claims to run without a heartbeat
+    within the timeout, the later of its own and its lease holder's, is failed), disabled and stale;
+    queued and in-flight tasks summed from the counters."""
     organisations = int(session.scalar(select(func.count()).select_from(Organisation)) or 0)
-    beat = func.coalesce(
-        case(
-            (LeaseHolder.renewed_at > Scheduler.written_heartbeat_at, LeaseHolder.renewed_at),
-            else_=Scheduler.written_heartbeat_at,
-        ),
-        LeaseHolder.renewed_at,
+    cutoff = now - timedelta(seconds=heartbeat_timeout)
+    quiet = and_(
+        or_(Scheduler.written_heartbeat_at.is_(None), Scheduler.written_heartbeat_at < cutoff),
+        or_(LeaseHolder.renewed_at.is_(None), LeaseHolder.renewed_at < cutoff),
     )
-    overdue = or_(beat.is_(None), beat < now - timedelta(seconds=heartbeat_timeout))
-    claims = Scheduler.state.in_([state.value for state in CLAIMS_TO_RUN])
+    stale = and_(Scheduler.state.in_([state.value for state in CLAIMS_TO_RUN]), quiet)
+    shown = case((stale, literal(SchedulerState.FAILED.value)), else_=Scheduler.state)
     rows = session.execute(
         select(
-            Scheduler.state,
-            func.count(),
-            func.sum(case((Scheduler.enabled, 0), else_=1)),
-            func.sum(case((and_(claims, overdue), 1), else_=0)),
+            shown, func.count(), func.sum(case((Scheduler.enabled, 0), else_=1)), func.sum(case((stale, 1), else_=0))
         )
         .select_from(Scheduler)
         .outerjoin(LeaseHolder, LeaseHolder.owner == Scheduler.owner)
-        .group_by(Scheduler.state)
+        .group_by(shown)
     ).all()
     by_state = {str(state): int(count) for state, count, _, _ in rows}
     totals = session.execute(select(func.sum(QueueCounter.queued), func.sum(QueueCounter.in_flight))).one()
@@ -121,7 +155,24 @@ def estate_counts(session: Session, now: datetime, heartbeat_timeout: float) -> 
         schedulers=sum(by_state.values()),
         disabled=sum(int(disabled or 0) for _, _, disabled, _ in rows),
         by_state=by_state,
-        stale=sum(int(stale or 0) for _, _, _, stale in rows),
+        stale=sum(int(count or 0) for _, _, _, count in rows),
         queued=int(totals[0] or 0),
         in_flight=int(totals[1] or 0),
     )
+
+
+def queued_total(session: Session, organisation: str | None, kind: str | None) -> int:
+    """Queued tasks of one organisation and/or type (None: any), summed from the counters."""
+    query = select(func.coalesce(func.sum(QueueCounter.queued), 0)).join(
+        Scheduler, Scheduler.id == QueueCounter.scheduler_id
+    )
+    if organisation is not None:
+        query = query.where(Scheduler.organisation == organisation)
+    if kind is not None:
+        query = query.where(Scheduler.type == kind)
+    return int(session.scalar(query) or 0)
+
+
+def queue_ids(session: Session) -> list[str]:
+    """Every queue's id (the search of a task by hash looks in each queue's hash index)."""
+    return list(session.scalars(select(Scheduler.id)))

@@ -1,9 +1,9 @@
 """Read models for the status page (`/ui`), and the operator actions it offers (`baton.service.operator`).
 
 Every read costs the same whether `tasks` holds a thousand rows or ten million (see each module):
-- `overview.py`: queue statuses and their totals, per type and per organisation;
+- `overview.py`: the estate's counts, totals per type, a keyset page of organisations with their queues;
 - `rates.py`: pop and push rates, sampled from this process's counters;
-- `scheduler_views.py`: the schedulers by the heartbeat rule;
+- `scheduler_views.py`: a keyset page of schedulers by the heartbeat rule;
 - `control_plane.py`: leaders, workers, lease owners, RabbitMQ;
 - `task_views.py`: keyset pages of tasks (one task: `baton.service.tasks.task_detail`).
 
@@ -16,26 +16,36 @@ from __future__ import annotations
 
 import uuid
 
+from baton.core.listing import PageRequest, cut_page
 from baton.core.model import utcnow
 from baton.core.settings import Settings
 from baton.core.task_queries import TaskFilter
 from baton.service.metrics import Metrics
 from baton.service.operator import OperatorActions
-from baton.service.queues import QueueService, queue_views
+from baton.service.queues import QueueService, queue_views_of
 from baton.service.status.control_plane import BrokerProbe, BrokerQueues, ControlPlane, read_control_plane
-from baton.service.status.overview import Overview, build_overview, queue_statuses
+from baton.service.status.overview import (
+    FAILED_WINDOW,
+    Overview,
+    organisation_rows,
+    queue_statuses,
+    sum_totals,
+    type_rows,
+)
 from baton.service.status.rates import RateSampler
 from baton.service.status.scheduler_views import SchedulerPage, scheduler_page
 from baton.service.status.task_views import TaskPage, tasks_page
 from baton.service.tasks import TaskDetail, task_detail
 from baton.storage.engine import Store
-from baton.storage.scheduler_rows import list_schedulers
+from baton.storage.listings import estate_counts, organisations_page, problem_condition, schedulers_page
 from baton.storage.schema_probe import SchemaProbe
+from baton.storage.status_reads import failed_since
 
 __all__ = [
     "BrokerProbe",
     "ControlPlane",
     "Overview",
+    "PageRequest",
     "RateSampler",
     "SchedulerPage",
     "StatusService",
@@ -65,29 +75,48 @@ class StatusService:
         self.broker = broker
         self.operator = OperatorActions(store)
 
-    def overview(self, offset: int = 0, limit: int = 50) -> Overview:
+    def overview(self, request: PageRequest) -> Overview:
+        """The estate's counts and totals (aggregate SQL) and a keyset page of organisations."""
         now = utcnow()
         with self.store.session() as session:
-            statuses, capped = queue_statuses(session, queue_views(session), now)
-        return build_overview(statuses, capped, self.rates.rates(), now, offset, min(limit, MAX_PAGE))
-
-    def schedulers(self, offset: int = 0, limit: int = 50, problems_only: bool = False) -> SchedulerPage:
-        now = utcnow()
-        reflected = self.schema.current()
-        with self.store.session() as session:
-            rows = list_schedulers(session)
-            leases = reflected.lease_columns(session)
-        timeout = self.settings.timing.heartbeat_timeout_seconds
-        return scheduler_page(
-            rows,
-            leases,
-            reflected.scheduler_extras,
-            now,
-            timeout,
-            offset=offset,
-            limit=min(limit, MAX_PAGE),
-            problems_only=problems_only,
+            estate = estate_counts(session, now, self.settings.timing.heartbeat_timeout_seconds)
+            failed, capped = failed_since(session, now - FAILED_WINDOW)
+            by_type = type_rows(session, failed, now)
+            page = cut_page(request, list(organisations_page(session, request)), lambda org: (org.id,))
+            names = [org.id for org in page.rows]
+            views = queue_views_of(session, names)
+            statuses = queue_statuses(session, views, failed, now)
+        return Overview(
+            generated_at=now,
+            estate=estate,
+            total=sum_totals("all", by_type),
+            by_type=by_type,
+            organisations=organisation_rows(names, statuses),
+            organisations_total=estate.organisations,
+            limit=request.limit,
+            q=request.prefix,
+            next_cursor=page.next_cursor,
+            previous_cursor=page.previous_cursor,
+            failed_window_seconds=FAILED_WINDOW.total_seconds(),
+            failed_capped=capped,
+            rates=self.rates.rates(),
         )
+
+    def schedulers(self, request: PageRequest, problems_only: bool = False) -> SchedulerPage:
+        """A keyset page of schedulers (`problems_only`: failed or stale ones) with the estate's counts."""
+        now = utcnow()
+        timeout = self.settings.timing.heartbeat_timeout_seconds
+        reflected = self.schema.current()
+        problems = problem_condition(now, timeout) if problems_only else None
+        with self.store.session() as session:
+            rows = list(schedulers_page(session, request, problems))
+            page = cut_page(request, rows, lambda row: (row.organisation, row.id))
+            extras = reflected.extra_columns(session, [row.id for row in page.rows])
+            estate = estate_counts(session, now, timeout)
+            shown = scheduler_page(
+                page, extras, reflected.scheduler_extras, estate, request, now, timeout, problems_only=problems_only
+            )
+        return shown
 
     def control_plane(self, broker_queues: BrokerQueues | None) -> ControlPlane:
         """`broker_queues(organisations)`: the dead-letter queue and the queues to look at (their names
