@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, case, func, literal, or_, select
+from sqlalchemy import ColumnElement, Select, and_, case, func, literal, or_, select
 from sqlalchemy.orm import Session
 
 from baton.core.heartbeat import CLAIMS_TO_RUN
@@ -44,6 +44,10 @@ def _searched(session: Session, column: Any, request: PageRequest) -> list[Colum
 def organisations_page(session: Session, request: PageRequest) -> Sequence[Organisation]:
     """Up to `limit + 1` organisations after `request.after` by id (backwards: before `request.before`,
     the nearest first)."""
+    return session.scalars(organisations_statement(session, request)).all()
+
+
+def organisations_statement(session: Session, request: PageRequest) -> Select[Organisation]:
     org_id = _bytewise(session, Organisation.id)
     conditions = _searched(session, Organisation.id, request)
     if request.after is not None:
@@ -51,15 +55,17 @@ def organisations_page(session: Session, request: PageRequest) -> Sequence[Organ
     if request.before is not None:
         conditions.append(org_id < request.before[0])
     order = org_id.desc() if request.backwards else org_id
-    return session.scalars(select(Organisation).where(*conditions).order_by(order).limit(request.limit + 1)).all()
+    return select(Organisation).where(*conditions).order_by(order).limit(request.limit + 1)
 
 
 def _beyond(organisation: Any, scheduler_id: Any, key: tuple[str, ...], later: bool) -> ColumnElement[bool]:
-    """(organisation, id) > key (`later`) or < key, spelt out: both backends make it one index range."""
+    """(organisation, id) > key (`later`) or < key, as one index range on both backends: the bound on
+    the organisation starts (or ends) the range, the rest drops the key's own organisation's rows up
+    to the key (three at most). A plain OR of the two cases would be a filter over the whole index."""
     key_org, key_id = key
     if later:
-        return or_(organisation > key_org, and_(organisation == literal(key_org), scheduler_id > key_id))
-    return or_(organisation < key_org, and_(organisation == literal(key_org), scheduler_id < key_id))
+        return and_(organisation >= key_org, or_(organisation > key_org, scheduler_id > key_id))
+    return and_(organisation <= key_org, or_(organisation < key_org, scheduler_id < key_id))
 
 
 def problem_condition(now: datetime, heartbeat_timeout: float) -> ColumnElement[bool]:
@@ -82,6 +88,12 @@ def schedulers_page(
     """Up to `limit + 1` schedulers after `request.after` = (organisation, id), by organisation, then
     id (backwards: before `request.before`, the nearest first); `problems`: only those it holds for
     (`problem_condition`)."""
+    return session.scalars(schedulers_statement(session, request, problems)).all()
+
+
+def schedulers_statement(
+    session: Session, request: PageRequest, problems: ColumnElement[bool] | None = None
+) -> Select[Scheduler]:
     organisation, scheduler_id = _bytewise(session, Scheduler.organisation), _bytewise(session, Scheduler.id)
     conditions = _searched(session, Scheduler.organisation, request)
     if request.after is not None:
@@ -91,7 +103,7 @@ def schedulers_page(
     if problems is not None:
         conditions.append(problems)
     order = (organisation.desc(), scheduler_id.desc()) if request.backwards else (organisation, scheduler_id)
-    return session.scalars(select(Scheduler).where(*conditions).order_by(*order).limit(request.limit + 1)).all()
+    return select(Scheduler).where(*conditions).order_by(*order).limit(request.limit + 1)
 
 
 def schedulers_of(session: Session, organisations: Sequence[str]) -> Sequence[Scheduler]:

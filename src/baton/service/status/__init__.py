@@ -1,7 +1,8 @@
 """Read models for the status page (`/ui`), and the operator actions it offers (`baton.service.operator`).
 
 Every read costs the same whether `tasks` holds a thousand rows or ten million (see each module):
-- `overview.py`: the estate's counts, totals per type, a keyset page of organisations with their queues;
+- `overview.py`: totals per type, a keyset page of organisations with their queues;
+- `snapshot.py`: the estate's counts and totals by aggregate SQL, shared a while when the estate is large;
 - `rates.py`: pop and push rates, sampled from this process's counters;
 - `scheduler_views.py`: a keyset page of schedulers by the heartbeat rule;
 - `control_plane.py`: leaders, workers, lease owners, RabbitMQ;
@@ -24,22 +25,15 @@ from baton.service.metrics import Metrics
 from baton.service.operator import OperatorActions
 from baton.service.queues import QueueService, queue_views_of
 from baton.service.status.control_plane import BrokerProbe, BrokerQueues, ControlPlane, read_control_plane
-from baton.service.status.overview import (
-    FAILED_WINDOW,
-    Overview,
-    organisation_rows,
-    queue_statuses,
-    sum_totals,
-    type_rows,
-)
+from baton.service.status.overview import FAILED_WINDOW, Overview, organisation_rows, queue_statuses, sum_totals
 from baton.service.status.rates import RateSampler
 from baton.service.status.scheduler_views import SchedulerPage, scheduler_page
+from baton.service.status.snapshot import SnapshotCache, take_snapshot
 from baton.service.status.task_views import TaskPage, tasks_page
 from baton.service.tasks import TaskDetail, task_detail
 from baton.storage.engine import Store
-from baton.storage.listings import estate_counts, organisations_page, problem_condition, schedulers_page
+from baton.storage.listings import organisations_page, problem_condition, schedulers_page
 from baton.storage.schema_probe import SchemaProbe
-from baton.storage.status_reads import failed_since
 
 __all__ = [
     "BrokerProbe",
@@ -74,36 +68,37 @@ class StatusService:
         self.schema = SchemaProbe(store)
         self.broker = broker
         self.operator = OperatorActions(store)
+        timeout = settings.timing.heartbeat_timeout_seconds
+        self.snapshots = SnapshotCache(lambda: take_snapshot(store, timeout))
 
     def overview(self, request: PageRequest) -> Overview:
-        """The estate's counts and totals (aggregate SQL) and a keyset page of organisations."""
+        """The estate's snapshot (aggregate SQL, `snapshot.py`) and a keyset page of organisations."""
+        snapshot = self.snapshots.current()
         now = utcnow()
         with self.store.session() as session:
-            estate = estate_counts(session, now, self.settings.timing.heartbeat_timeout_seconds)
-            failed, capped = failed_since(session, now - FAILED_WINDOW)
-            by_type = type_rows(session, failed, now)
             page = cut_page(request, list(organisations_page(session, request)), lambda org: (org.id,))
             names = [org.id for org in page.rows]
-            views = queue_views_of(session, names)
-            statuses = queue_statuses(session, views, failed, now)
+            statuses = queue_statuses(session, queue_views_of(session, names), snapshot.failed, now)
         return Overview(
             generated_at=now,
-            estate=estate,
-            total=sum_totals("all", by_type),
-            by_type=by_type,
+            estate=snapshot.estate,
+            estate_taken_at=snapshot.taken_at,
+            total=sum_totals("all", snapshot.by_type),
+            by_type=snapshot.by_type,
             organisations=organisation_rows(names, statuses),
-            organisations_total=estate.organisations,
+            organisations_total=snapshot.estate.organisations,
             limit=request.limit,
             q=request.prefix,
             next_cursor=page.next_cursor,
             previous_cursor=page.previous_cursor,
             failed_window_seconds=FAILED_WINDOW.total_seconds(),
-            failed_capped=capped,
+            failed_capped=snapshot.failed_capped,
             rates=self.rates.rates(),
         )
 
     def schedulers(self, request: PageRequest, problems_only: bool = False) -> SchedulerPage:
         """A keyset page of schedulers (`problems_only`: failed or stale ones) with the estate's counts."""
+        estate = self.snapshots.current().estate
         now = utcnow()
         timeout = self.settings.timing.heartbeat_timeout_seconds
         reflected = self.schema.current()
@@ -112,11 +107,9 @@ class StatusService:
             rows = list(schedulers_page(session, request, problems))
             page = cut_page(request, rows, lambda row: (row.organisation, row.id))
             extras = reflected.extra_columns(session, [row.id for row in page.rows])
-            estate = estate_counts(session, now, timeout)
-            shown = scheduler_page(
-                page, extras, reflected.scheduler_extras, estate, request, now, timeout, problems_only=problems_only
-            )
-        return shown
+        return scheduler_page(
+            page, extras, reflected.scheduler_extras, estate, request, now, timeout, problems_only=problems_only
+        )
 
     def control_plane(self, broker_queues: BrokerQueues | None) -> ControlPlane:
         """`broker_queues(organisations)`: the dead-letter queue and the queues to look at (their names

@@ -82,6 +82,7 @@ class OrganisationStatus:
 class Overview:
     generated_at: datetime
     estate: EstateCounts
+    estate_taken_at: datetime  # when the counts and totals were taken (`snapshot.py`)
     total: Totals
     by_type: list[Totals]
     organisations: list[OrganisationStatus]  # a keyset page, by id
