@@ -11,7 +11,16 @@ from typing import Annotated
 from fastapi import Query, Request, Response
 
 from baton.api.errors import invalid
-from baton.core.listing import DEFAULT_LIMIT, MAX_CURSOR_LENGTH, MAX_LIMIT, InvalidListingError, Listing, PageRequest
+from baton.core.listing import (
+    CURSOR_PATTERN,
+    DEFAULT_LIMIT,
+    MAX_CURSOR_LENGTH,
+    MAX_LIMIT,
+    SEARCH_PATTERN,
+    InvalidListingError,
+    Listing,
+    PageRequest,
+)
 
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"Rows per page (at most {MAX_LIMIT}).")]
 Cursor = Annotated[
@@ -19,14 +28,17 @@ Cursor = Annotated[
     Query(
         min_length=1,
         max_length=MAX_CURSOR_LENGTH,
+        pattern=CURSOR_PATTERN,
         description='Where the page starts: the cursor of the `Link: <...>; rel="next"` header of the previous page.',
     ),
 ]
 OrganisationSearch = Annotated[
-    str | None, Query(max_length=64, description="Only this organisation's rows (its exact id).")
+    str | None,
+    Query(max_length=64, pattern=SEARCH_PATTERN, description="Only this organisation's rows (its exact id)."),
 ]
 PrefixSearch = Annotated[
-    str | None, Query(max_length=64, description="Only organisations whose id starts with this text.")
+    str | None,
+    Query(max_length=64, pattern=SEARCH_PATTERN, description="Only organisations whose id starts with this text."),
 ]
 
 

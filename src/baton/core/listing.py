@@ -29,7 +29,9 @@ MAX_LIMIT = 1000
 CURSOR_VERSION = 1
 MAX_CURSOR_LENGTH = 512
 MAX_KEY_PART = 128  # a scheduler id: 'normalizer-' and a 64-character organisation fit
-ID_CHARACTERS = re.compile(r"^[A-Za-z0-9_.\-]*$")
+SEARCH_PATTERN = r"^[A-Za-z0-9_.\-]*$"
+ID_CHARACTERS = re.compile(SEARCH_PATTERN)
+CURSOR_PATTERN = r"^[A-Za-z0-9_\-]+$"  # URL-safe base64 without padding
 PREFIX_END = "\x7f"  # above every character an identifier may hold
 
 T = TypeVar("T")

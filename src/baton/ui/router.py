@@ -25,7 +25,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from baton import __version__
-from baton.core.listing import MAX_CURSOR_LENGTH, InvalidListingError, Listing
+from baton.core.listing import CURSOR_PATTERN, MAX_CURSOR_LENGTH, SEARCH_PATTERN, InvalidListingError, Listing
 from baton.core.model import OrganisationId, SchedulerType, TaskStatus
 from baton.core.settings import Settings
 from baton.ingest.events import NOT_A_STRING
@@ -157,9 +157,15 @@ After = Annotated[
 ]
 Until = Annotated[
     str | None,
-    Query(max_length=MAX_CURSOR_LENGTH, description="Keyset cursor: the page before, a `previous_cursor`."),
+    Query(
+        max_length=MAX_CURSOR_LENGTH,
+        pattern=CURSOR_PATTERN,
+        description="Keyset cursor: the page before, a `previous_cursor`.",
+    ),
 ]
-OrganisationPrefix = Annotated[str | None, Query(max_length=64, description="Organisations whose id starts with it.")]
+OrganisationPrefix = Annotated[
+    str | None, Query(max_length=64, pattern=SEARCH_PATTERN, description="Organisations whose id starts with it.")
+]
 Before = Annotated[int | None, Query(ge=1, le=MAX_SEQ, description="Keyset cursor: tasks older than this seq.")]
 Search = Annotated[str | None, Query(min_length=1, max_length=256, description="A task id or a task hash.")]
 TaskId = Annotated[uuid.UUID, Path()]
@@ -240,7 +246,9 @@ def status_router(security: Security) -> APIRouter:
         after: After = None,
         before: Until = None,
         q: OrganisationPrefix = None,
-        organisation: Annotated[str | None, Query(max_length=64, description="One organisation's.")] = None,
+        organisation: Annotated[
+            str | None, Query(max_length=64, pattern=SEARCH_PATTERN, description="One organisation's.")
+        ] = None,
         problems: bool = False,
     ) -> SchedulerPage:
         """Schedulers by organisation, then id, a keyset page at a time, with where each runs, its
@@ -310,7 +318,7 @@ def status_router(security: Security) -> APIRouter:
         after: After = None,
         before: Until = None,
         q: OrganisationPrefix = None,
-        organisation: Annotated[str | None, Query(max_length=64)] = None,
+        organisation: Annotated[str | None, Query(max_length=64, pattern=SEARCH_PATTERN)] = None,
         problems: bool = False,
     ) -> HTMLResponse:
         wanted = page_request("schedulers", limit, after, before, q, organisation)
