@@ -197,7 +197,7 @@ def run_sqlite(log_dir: Path, *, organisations: int, events_per_org: int, keep: 
             with httpx.Client(
                 base_url=stack.api[name], headers={"Authorization": f"Bearer {tokens[name]}"}, timeout=10
             ) as http:
-                known = sorted(org["id"] for org in http.get("/organisations").json())
+                known = sorted(org["id"] for org in http.get("/organisations", params={"limit": 1000}).json())
                 queued = http.get("/tasks", params={"type": "boefje", "limit": 1}).json()["count"]
                 popped = len(http.post("/schedulers/boefje/pop", params={"limit": 1000}).json()["results"])
                 other = next(org for org in orgs if org not in known) if len(known) < len(orgs) else None

@@ -14,6 +14,7 @@ from bench.report.estate import section_estate
 from bench.report.fairness import section_fairness, section_organisations
 from bench.report.formatting import num, shown, table
 from bench.report.leases import replication_leases_markdown, section_leases
+from bench.report.listings import section_listings
 from bench.report.plots import plot_fairness, plot_overview
 from bench.report.profiles import section_profile
 from bench.report.retention import section_retention
@@ -50,6 +51,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "profile": section_profile,
     "estate": section_estate,
     "capacity": section_capacity,
+    "listings": section_listings,
 }
 
 

@@ -177,6 +177,15 @@ TARGETS = [
         "#33",
         "estate.targets.idle_cpu_s_per_min",
     ),
+    Target(
+        "listings p99, 10,000 / 10 organisations (worst of first, last page and searches)",
+        "listings.worst_p99_ratio",
+        2.0,
+        "<=",
+        "times",
+        "#33",
+        "listings.targets.p99_ratio",
+    ),
 ]
 
 

@@ -25,6 +25,7 @@ NAMES = (
     "leases",
     "estate",
     "capacity",
+    "listings",
 )
 
 
