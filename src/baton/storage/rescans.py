@@ -1,0 +1,202 @@
+"""The SQL of periodic rescans: boefje schedules kept (one per organisation, boefje and object, keyed by the
+job's hash), the due ones read a page at a time oldest deadline first, and what a round decided written back
+in bulk. The decisions are ingest/planners/rescans.py's, the rules core/rescans.py's."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, case, or_, select, update
+from sqlalchemy.orm import Session
+
+from baton.core.model import SchedulerType
+from baton.core.rescans import OBJECT_REASONS, PLUGIN_NOT_ENABLED
+from baton.storage.engine import insert_for
+from baton.storage.tables import Plugin, Schedule, Task
+
+BOEFJE = SchedulerType.BOEFJE.value
+
+
+@dataclass(frozen=True)
+class KeptSchedule:
+    """A boefje task's schedule: the job to queue again, and when (a cron copied from the plugin, or none)."""
+
+    organisation: str
+    hash: str
+    data: dict[str, Any]
+    deadline_at: datetime
+    cron: str | None = None
+
+
+def keep_schedules(session: Session, kept: Sequence[KeptSchedule], now: datetime) -> dict[str, uuid.UUID]:
+    """Create or refresh the schedules of tasks just queued: the job and the next deadline. One the rescans
+    disabled for a reason is enabled again (a new task for its object proves the reason gone); one disabled
+    by hand stays disabled. One statement; the schedules' ids by hash."""
+    if not kept:
+        return {}
+    rows = {
+        item.hash: {
+            "id": uuid.uuid4(),
+            "scheduler_id": BOEFJE,
+            "organisation": item.organisation,
+            "hash": item.hash,
+            "data": item.data,
+            "enabled": True,
+            "schedule": item.cron,
+            "deadline_at": item.deadline_at,
+            "created_at": now,
+            "modified_at": now,
+        }
+        for item in kept
+    }
+    insert = insert_for(session)(Schedule)
+    reenable = Schedule.disabled_reason.in_(sorted(OBJECT_REASONS))
+    stmt = (
+        insert.values([rows[key] for key in sorted(rows)])  # in hash order: concurrent upserts never deadlock
+        .on_conflict_do_update(
+            index_elements=[Schedule.hash],
+            set_={
+                "data": insert.excluded.data,
+                "schedule": insert.excluded.schedule,
+                "deadline_at": insert.excluded.deadline_at,
+                "modified_at": insert.excluded.modified_at,
+                "enabled": case((reenable, True), else_=Schedule.enabled),
+                "disabled_reason": case((reenable, None), else_=Schedule.disabled_reason),
+                "disabled_detail": case((reenable, None), else_=Schedule.disabled_detail),
+            },
+            where=Schedule.scheduler_id == BOEFJE,
+        )
+        .returning(Schedule.hash, Schedule.id)
+    )
+    return {schedule_hash: schedule_id for schedule_hash, schedule_id in session.execute(stmt)}
+
+
+def keep_pushed_schedule(session: Session, kept: KeptSchedule, task_id: uuid.UUID, now: datetime) -> uuid.UUID | None:
+    """The schedule of a task pushed from outside (rocky's manual run), and the task linked to it."""
+    schedule_id = keep_schedules(session, [kept], now).get(kept.hash)
+    if schedule_id is not None:
+        session.execute(update(Task).where(Task.id == task_id).values(schedule_id=str(schedule_id)))
+    return schedule_id
+
+
+def reenable_schedules(session: Session, organisation: str, hashes: Collection[str], now: datetime) -> int:
+    """Enable again the schedules of (boefje, object) pairs the planner found fit to scan but did not queue
+    (they ran within the grace period) that the rescans had disabled; their deadlines stay."""
+    if not hashes:
+        return 0
+    result = session.execute(
+        update(Schedule)
+        .where(
+            Schedule.organisation == organisation,
+            Schedule.hash.in_(sorted(set(hashes))),
+            Schedule.disabled_reason.in_(sorted(OBJECT_REASONS)),
+        )
+        .values(enabled=True, disabled_reason=None, disabled_detail=None, modified_at=now)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def reenable_for_plugins(session: Session, organisation: str, plugin_ids: Collection[str], now: datetime) -> int:
+    """Enable again the organisation's schedules disabled because their boefje was not enabled, for the
+    boefjes enabled now; their old deadline has passed, so the next round checks their objects."""
+    wanted = set(plugin_ids)
+    if not wanted:
+        return 0
+    found = session.execute(
+        select(Schedule.id, Schedule.data).where(
+            Schedule.organisation == organisation,
+            Schedule.scheduler_id == BOEFJE,
+            Schedule.disabled_reason == PLUGIN_NOT_ENABLED,
+        )
+    ).all()
+    ids = [schedule_id for schedule_id, data in found if boefje_of(data) in wanted]
+    for start in range(0, len(ids), 1000):
+        session.execute(
+            update(Schedule)
+            .where(Schedule.id.in_(ids[start : start + 1000]))
+            .values(enabled=True, disabled_reason=None, disabled_detail=None, modified_at=now)
+        )
+    return len(ids)
+
+
+def plugin_timing(session: Session, plugin_id: str) -> tuple[str | None, int | None]:
+    """A plugin's cron and interval, as the catalogue has them (none for a plugin it does not know)."""
+    row = session.execute(select(Plugin.cron, Plugin.interval).where(Plugin.id == plugin_id)).first()
+    return (None, None) if row is None else (row.cron, row.interval)
+
+
+def boefje_of(data: dict[str, Any]) -> str | None:
+    boefje = data.get("boefje")
+    return boefje.get("id") if isinstance(boefje, dict) else None
+
+
+@dataclass(frozen=True)
+class DueSchedule:
+    id: uuid.UUID
+    hash: str | None
+    data: dict[str, Any]
+    schedule: str | None
+    deadline_at: datetime
+    last_run_at: datetime | None
+
+
+def due_schedules(
+    session: Session, organisation: str, now: datetime, after: tuple[datetime, uuid.UUID] | None, limit: int
+) -> list[DueSchedule]:
+    """The organisation's enabled boefje schedules due at `now`, oldest deadline first, after `after` (the
+    last of the previous page: one skipped for now keeps its deadline and is not read again this round)."""
+    conditions = [
+        Schedule.scheduler_id == BOEFJE,
+        Schedule.organisation == organisation,
+        Schedule.enabled.is_(True),
+        Schedule.deadline_at <= now,
+    ]
+    if after is not None:
+        deadline, last_id = after
+        conditions.append(
+            or_(Schedule.deadline_at > deadline, and_(Schedule.deadline_at == deadline, Schedule.id > last_id))
+        )
+    rows = session.execute(
+        select(Schedule.id, Schedule.hash, Schedule.data, Schedule.schedule, Schedule.deadline_at, Schedule.last_run_at)
+        .where(*conditions)
+        .order_by(Schedule.deadline_at, Schedule.id)
+        .limit(limit)
+    ).all()
+    return [DueSchedule(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a round decided for one schedule."""
+
+    id: uuid.UUID
+    deadline_at: datetime | None
+    last_run_at: datetime | None
+    enabled: bool = True
+    disabled_reason: str | None = None
+    disabled_detail: str | None = None
+
+
+def settle_schedules(session: Session, settled: Sequence[Settled], now: datetime) -> None:
+    """Write a round's decisions: one executemany, by primary key."""
+    if not settled:
+        return
+    session.execute(
+        update(Schedule),
+        [
+            {
+                "id": item.id,
+                "deadline_at": item.deadline_at,
+                "last_run_at": item.last_run_at,
+                "enabled": item.enabled,
+                "disabled_reason": item.disabled_reason,
+                "disabled_detail": item.disabled_detail,
+                "modified_at": now,
+            }
+            for item in sorted(settled, key=lambda item: str(item.id))
+        ],
+    )
