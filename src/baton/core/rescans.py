@@ -137,15 +137,3 @@ def judge(boefje_id: str, plugin: PluginView | None, seen: ObjectView | None) ->
             f"object at scan level {seen.level}, boefje '{boefje_id}' needs {plugin.scan_level}",
         )
     return RUN
-
-
-def enables_again(reason: str | None, plugin_enabled_now: bool) -> bool:
-    """Whether a schedule disabled for `reason` is enabled again when the catalogue enables its plugin
-    (its object is checked at its next round); a schedule disabled by hand (no reason) never is."""
-    return reason == PLUGIN_NOT_ENABLED and plugin_enabled_now
-
-
-def reenabled_by_new_task(reason: str | None) -> bool:
-    """Whether a new task for a schedule's (boefje, object), made by the planner from an event, a new boefje's
-    backfill or a manual run, enables the schedule again: for any reason the rescans gave, not by hand."""
-    return reason in OBJECT_REASONS

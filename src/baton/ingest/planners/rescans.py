@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from baton.core.errors import NotFoundError, OutsideServiceError, QueueFullError
 from baton.core.rescans import (
@@ -87,7 +87,7 @@ class Round:
 class Rescanner:
     scheduler: BoefjeScheduler
     link: KatalogusLink | None
-    page_size: ClassVar[int] = 1000  # schedules per page: one transaction, two Octopoes calls
+    page_size: int = 1000  # schedules per page: one transaction, two Octopoes calls
     rng: random.Random = field(default_factory=random.Random)
     round: Round | None = None
     next_round_at: datetime | None = None
