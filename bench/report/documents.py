@@ -15,6 +15,7 @@ from bench.report.formatting import num, shown, table
 from bench.report.leases import replication_leases_markdown, section_leases
 from bench.report.plots import plot_fairness, plot_overview
 from bench.report.profiles import section_profile
+from bench.report.rescans import section_rescans
 from bench.report.retention import section_retention
 from bench.report.schedulers import section_director, section_workers
 from bench.report.targets import RETIRED, Verdict, invalid_reason, verdicts
@@ -48,6 +49,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "leases": section_leases,
     "profile": section_profile,
     "estate": section_estate,
+    "rescans": section_rescans,
 }
 
 
