@@ -41,7 +41,12 @@ def section_rescans(result: dict[str, Any]) -> list[str]:
         "",
         *table(["", "tasks/s", "ratio"], rows, "lrr"),
         f"Lateness after the deadline (from the start of the run for schedules due before it): p50 "
-        f"{num(lateness['p50'], 1)} s, p99 {num(lateness['p99'], 1)} s, max {num(lateness['max'], 1)} s. "
+        f"{num(lateness['p50'], 1)} s, p99 {num(lateness['p99'], 1)} s, max {num(lateness['max'], 1)} s: with "
+        f"every schedule due at the same moment it is the time the backlog takes to drain at the rate above "
+        f"(oldest deadlines first in each organisation, the organisations side by side); in a steady state the "
+        f"jitter spreads a day's rescans over hours, {result['schedules']:,} a day being about "
+        f"{num(result['schedules'] / 86_400, 1)} a second, each handled at the next round "
+        f"(BATON_RESCAN_INTERVAL_SECONDS). "
         f"Outside calls: {result['outside_calls']:,} in all, {num(ratios['calls_per_1000'], 1)} per 1,000 "
         f"schedules (mula: about 3,000, one KATalogus, one Octopoes and one Bytes call each) — {per_endpoint}.",
         "",
