@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from baton.core.model import SchedulerSpec, SchedulerType, TaskStatus
 from baton.core.rescans import OBJECT_GONE, PLUGIN_NOT_ENABLED, SCAN_LEVEL_TOO_LOW
@@ -20,7 +21,7 @@ from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.plugins import seed_plugins
 from baton.storage.schedules import ScheduleQuery, list_schedules
-from baton.storage.tables import Schedule
+from baton.storage.tables import BoefjeRun, Schedule
 from tests import queue_api as queue
 from tests.katalogus_world import Clock, World, octopoes_mutation, queued, run_until_idle, world
 
@@ -282,6 +283,8 @@ def test_a_manual_run_gets_a_schedule(client: TestClient, store: Store) -> None:
     assert schedule["data"]["input_ooi"] == HOST and schedule["disabled_reason"] is None
     task = client.get(f"/tasks/{pushed.json()['id']}").json()
     assert task["schedule_id"] == schedule["id"]
+    with store.session() as session:  # the run counts for the grace period, as a planned one does
+        assert session.scalar(select(BoefjeRun.queued_at).where(BoefjeRun.object_key == HOST)) is not None
     # rocky runs it again later: the same schedule, refreshed (idempotent)
     with store.session() as session:
         queue.pop(session, scheduler_id="boefje-acme", limit=1)

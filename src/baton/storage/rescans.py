@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from baton.core.model import SchedulerType
 from baton.core.rescans import OBJECT_REASONS, PLUGIN_NOT_ENABLED
+from baton.storage.boefje_runs import record_boefje_run
 from baton.storage.engine import insert_for
 from baton.storage.tables import Plugin, Schedule, Task
 
@@ -76,7 +77,11 @@ def keep_schedules(session: Session, kept: Sequence[KeptSchedule], now: datetime
 
 
 def keep_pushed_schedule(session: Session, kept: KeptSchedule, task_id: uuid.UUID, now: datetime) -> uuid.UUID | None:
-    """The schedule of a task pushed from outside (rocky's manual run), and the task linked to it."""
+    """The schedule of a task pushed from outside (rocky's manual run), the task linked to it, and the run
+    recorded in `boefje_runs` (so a scan-profile message within the grace period does not queue it again)."""
+    boefje_id, object_key = boefje_of(kept.data), kept.data.get("input_ooi")
+    if boefje_id and isinstance(object_key, str) and object_key:
+        record_boefje_run(session, kept.organisation, boefje_id, object_key, now)
     schedule_id = keep_schedules(session, [kept], now).get(kept.hash)
     if schedule_id is not None:
         session.execute(update(Task).where(Task.id == task_id).values(schedule_id=str(schedule_id)))
