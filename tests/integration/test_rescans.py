@@ -77,6 +77,7 @@ def test_every_task_gets_a_schedule_and_its_object_is_scanned_again_after_the_gr
     assert task.schedule_id == str(schedule.id)
     assert schedule.data["boefje"]["id"] == "dns-records" and schedule.data["input_ooi"] == HOST
     assert schedule.deadline_at == world.clock.now + timedelta(seconds=GRACE)
+    assert schedule.last_run_at == world.clock.now
     assert finish_all(world.store) == 1
 
     world.clock.advance(GRACE - 1)  # not yet due: nothing

@@ -4,19 +4,20 @@ in bulk. The decisions are ingest/planners/rescans.py's, the rules core/rescans.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, or_, select, update
+from sqlalchemy import and_, case, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from baton.core.model import SchedulerType
 from baton.core.rescans import OBJECT_REASONS, PLUGIN_NOT_ENABLED
 from baton.storage.boefje_runs import record_boefje_run
-from baton.storage.engine import insert_for
+from baton.storage.engine import insert_for, on_postgresql
 from baton.storage.tables import Plugin, Schedule, Task
 
 BOEFJE = SchedulerType.BOEFJE.value
@@ -34,36 +35,55 @@ class KeptSchedule:
 
 
 def keep_schedules(session: Session, kept: Sequence[KeptSchedule], now: datetime) -> dict[str, uuid.UUID]:
-    """Create or refresh the schedules of tasks just queued: the job and the next deadline. One the rescans
-    disabled for a reason is enabled again (a new task for its object proves the reason gone); one disabled
-    by hand stays disabled. One statement; the schedules' ids by hash."""
+    """Create or refresh the schedules of tasks just queued: the job, the last run (now) and the next deadline.
+    One the rescans disabled for a reason is enabled again (a new task for its object proves the reason gone);
+    one disabled by hand stays disabled. One statement, rows in hash order (concurrent upserts never
+    deadlock); the schedules' ids by hash."""
     if not kept:
         return {}
-    rows = {
-        item.hash: {
-            "id": uuid.uuid4(),
-            "scheduler_id": BOEFJE,
-            "organisation": item.organisation,
-            "hash": item.hash,
-            "data": item.data,
-            "enabled": True,
-            "schedule": item.cron,
-            "deadline_at": item.deadline_at,
-            "created_at": now,
-            "modified_at": now,
-        }
-        for item in kept
-    }
+    unique = sorted({item.hash: item for item in kept}.values(), key=lambda item: item.hash)
+    if on_postgresql(session):
+        rows = session.execute(
+            _KEEP_POSTGRESQL,
+            {
+                "ids": [uuid.uuid4() for _ in unique],
+                "organisations": [item.organisation for item in unique],
+                "hashes": [item.hash for item in unique],
+                "documents": [json.dumps(item.data) for item in unique],
+                "crons": [item.cron for item in unique],
+                "deadlines": [item.deadline_at for item in unique],
+                "now": now,
+            },
+        )
+        return {schedule_hash: schedule_id for schedule_hash, schedule_id in rows}
     insert = insert_for(session)(Schedule)
     reenable = Schedule.disabled_reason.in_(sorted(OBJECT_REASONS))
     stmt = (
-        insert.values([rows[key] for key in sorted(rows)])  # in hash order: concurrent upserts never deadlock
+        insert.values(
+            [
+                {
+                    "id": uuid.uuid4(),
+                    "scheduler_id": BOEFJE,
+                    "organisation": item.organisation,
+                    "hash": item.hash,
+                    "data": item.data,
+                    "enabled": True,
+                    "schedule": item.cron,
+                    "deadline_at": item.deadline_at,
+                    "last_run_at": now,
+                    "created_at": now,
+                    "modified_at": now,
+                }
+                for item in unique
+            ]
+        )
         .on_conflict_do_update(
             index_elements=[Schedule.hash],
             set_={
                 "data": insert.excluded.data,
                 "schedule": insert.excluded.schedule,
                 "deadline_at": insert.excluded.deadline_at,
+                "last_run_at": insert.excluded.last_run_at,
                 "modified_at": insert.excluded.modified_at,
                 "enabled": case((reenable, True), else_=Schedule.enabled),
                 "disabled_reason": case((reenable, None), else_=Schedule.disabled_reason),
@@ -74,6 +94,29 @@ def keep_schedules(session: Session, kept: Sequence[KeptSchedule], now: datetime
         .returning(Schedule.hash, Schedule.id)
     )
     return {schedule_hash: schedule_id for schedule_hash, schedule_id in session.execute(stmt)}
+
+
+# PostgreSQL: one statement text whatever the batch (arrays, not a VALUES list compiled per batch).
+_REENABLE_SQL = "s.disabled_reason IN (" + ", ".join(f"'{reason}'" for reason in sorted(OBJECT_REASONS)) + ")"
+_KEEP_POSTGRESQL = text(
+    f"""
+INSERT INTO schedules AS s (id, scheduler_id, organisation, hash, data, enabled, schedule, deadline_at,
+                            last_run_at, created_at, modified_at)
+SELECT u.id, '{BOEFJE}', u.organisation, u.hash, u.data, true, u.cron, u.deadline, :now, :now, :now
+FROM unnest(CAST(:ids AS uuid[]), CAST(:organisations AS text[]), CAST(:hashes AS text[]),
+            CAST(CAST(:documents AS text[]) AS jsonb[]), CAST(:crons AS text[]), CAST(:deadlines AS timestamptz[]))
+     AS u(id, organisation, hash, data, cron, deadline)
+ORDER BY u.hash
+ON CONFLICT (hash) DO UPDATE SET
+    data = excluded.data, schedule = excluded.schedule, deadline_at = excluded.deadline_at,
+    last_run_at = excluded.last_run_at, modified_at = excluded.modified_at,
+    enabled = CASE WHEN {_REENABLE_SQL} THEN true ELSE s.enabled END,
+    disabled_reason = CASE WHEN {_REENABLE_SQL} THEN NULL ELSE s.disabled_reason END,
+    disabled_detail = CASE WHEN {_REENABLE_SQL} THEN NULL ELSE s.disabled_detail END
+WHERE s.scheduler_id = '{BOEFJE}'
+RETURNING s.hash, s.id
+"""
+)
 
 
 def keep_pushed_schedule(session: Session, kept: KeptSchedule, task_id: uuid.UUID, now: datetime) -> uuid.UUID | None:
