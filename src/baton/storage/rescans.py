@@ -230,8 +230,24 @@ class Settled:
 
 
 def settle_schedules(session: Session, settled: Sequence[Settled], now: datetime) -> None:
-    """Write a round's decisions: one executemany, by primary key."""
+    """Write a round's decisions by primary key: on PostgreSQL one statement over arrays, elsewhere one
+    executemany."""
     if not settled:
+        return
+    ordered = sorted(settled, key=lambda item: str(item.id))
+    if on_postgresql(session):
+        session.execute(
+            _SETTLE_POSTGRESQL,
+            {
+                "ids": [item.id for item in ordered],
+                "deadlines": [item.deadline_at for item in ordered],
+                "last_runs": [item.last_run_at for item in ordered],
+                "enabled": [item.enabled for item in ordered],
+                "reasons": [item.disabled_reason for item in ordered],
+                "details": [item.disabled_detail for item in ordered],
+                "now": now,
+            },
+        )
         return
     session.execute(
         update(Schedule),
@@ -245,6 +261,19 @@ def settle_schedules(session: Session, settled: Sequence[Settled], now: datetime
                 "disabled_detail": item.disabled_detail,
                 "modified_at": now,
             }
-            for item in sorted(settled, key=lambda item: str(item.id))
+            for item in ordered
         ],
     )
+
+
+_SETTLE_POSTGRESQL = text(
+    """
+UPDATE schedules AS s
+SET deadline_at = u.deadline, last_run_at = u.last_run, enabled = u.enabled, disabled_reason = u.reason,
+    disabled_detail = u.detail, modified_at = :now
+FROM unnest(CAST(:ids AS uuid[]), CAST(:deadlines AS timestamptz[]), CAST(:last_runs AS timestamptz[]),
+            CAST(:enabled AS boolean[]), CAST(:reasons AS text[]), CAST(:details AS text[]))
+     AS u(id, deadline, last_run, enabled, reason, detail)
+WHERE s.id = u.id
+"""
+)
