@@ -1,6 +1,6 @@
-"""The boefje planner: scan-profile events (and due boefje schedules) become boefje jobs; with KATalogus
-configured it also keeps the organisation's catalogue (ingest/katalogus.py) and gives newly enabled
-boefjes their existing objects (new_boefjes.py)."""
+"""The boefje planner: scan-profile events (and due boefje schedules, rescans.py) become boefje jobs, each
+with its rescan schedule; with KATalogus configured it also keeps the organisation's catalogue
+(ingest/katalogus.py) and gives newly enabled boefjes their existing objects (new_boefjes.py)."""
 
 from __future__ import annotations
 
