@@ -17,6 +17,7 @@ from bench.report.leases import replication_leases_markdown, section_leases
 from bench.report.listings import section_listings
 from bench.report.plots import plot_fairness, plot_overview
 from bench.report.profiles import section_profile
+from bench.report.rescans import section_rescans
 from bench.report.retention import section_retention
 from bench.report.schedulers import section_director, section_workers
 from bench.report.targets import RETIRED, Verdict, invalid_reason, verdicts
@@ -52,6 +53,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "estate": section_estate,
     "capacity": section_capacity,
     "listings": section_listings,
+    "rescans": section_rescans,
 }
 
 

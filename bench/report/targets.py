@@ -186,6 +186,22 @@ TARGETS = [
         "#33",
         "listings.targets.p99_ratio",
     ),
+    Target(
+        "rescans: due schedules → tasks per second / raw INSERT of the same tasks",
+        "rescans.ratios.tasks_to_raw_insert",
+        0.25,
+        ">=",
+        "percent",
+        "#30",
+    ),
+    Target(
+        "rescans: KATalogus + Octopoes calls per 1,000 schedules",
+        "rescans.ratios.calls_per_1000",
+        300.0,
+        "<=",
+        "count",
+        "#30",
+    ),
 ]
 
 

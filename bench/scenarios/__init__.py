@@ -26,6 +26,7 @@ NAMES = (
     "estate",
     "capacity",
     "listings",
+    "rescans",
 )
 
 

@@ -28,9 +28,11 @@ import orjson
 
 from baton.core.errors import BatonError, NotFoundError, PayloadTooLargeError
 from baton.core.filters import FilterTree
+from baton.core.jobs import BoefjeJob, job_document, job_hash
 from baton.core.listing import Page, PageRequest, cut_page
 from baton.core.model import SchedulerType, TaskStatus, utcnow
 from baton.core.queueing import PopTarget, PushRequest, PushResult
+from baton.core.rescans import first_rescan
 from baton.core.settings import Settings
 from baton.service.metrics import Metrics
 from baton.storage import listings
@@ -38,6 +40,7 @@ from baton.storage import queues as queue_rows
 from baton.storage.engine import Session, Store
 from baton.storage.executors import QueueExecutor
 from baton.storage.organisations import adopt_organisation
+from baton.storage.rescans import KeptSchedule, keep_pushed_schedule, plugin_timing
 from baton.storage.scheduler_rows import get_scheduler
 from baton.storage.tasks import RECORD_COLUMNS, find_task
 from baton.storage.wakeups import Wakeups, wakeups_for
@@ -297,6 +300,24 @@ class QueueService:
         if result.created and self.waiters.count:
             self._queued_here(request.queue)
         return result
+
+    async def keep_schedule(self, request: PushRequest, task: dict[str, Any]) -> None:
+        """A boefje task pushed from outside (rocky's manual run) gets its rescan schedule, as every boefje
+        task Baton plans does (mula's post_push): refreshed when the (boefje, object) has one already."""
+        try:
+            job = BoefjeJob.model_validate(request.data)
+        except ValueError:
+            return  # not OpenKAT's boefje job: nothing to rescan
+
+        def work() -> None:
+            now = utcnow()
+            with self.store.session() as session:
+                cron, interval = plugin_timing(session, job.boefje.id)
+                deadline = first_rescan(self.settings, now, cron, interval)
+                kept = KeptSchedule(job.organization, job_hash(job), job_document(job), deadline, cron)
+                keep_pushed_schedule(session, kept, uuid.UUID(str(task["id"])), now)
+
+        await asyncio.to_thread(work)
 
     async def change_status(self, task_id: uuid.UUID, status: TaskStatus) -> dict[str, Any]:
         task = await self.executor.change_status(task_id, status, utcnow())
