@@ -11,12 +11,17 @@ from typing import Any
 
 import orjson
 from fastapi.testclient import TestClient
+from sqlalchemy import select, text
 
 from baton.core.model import utcnow
-from baton.core.queueing import PopTarget
-from baton.storage.deduplication import pop_together
+from baton.core.queueing import PopTarget, PushRequest
+from baton.storage import queues
+from baton.storage.deduplication import key_column, pop_together
 from baton.storage.engine import Store
 from baton.storage.executors import executor_for
+from baton.storage.organisations import create_organisation
+from baton.storage.statements import dialect_of
+from baton.storage.tables import IS_QUEUED, Task
 
 ORGS = ("acme", "beta", "gamma", "delta")
 
@@ -88,8 +93,6 @@ def test_a_keyless_head_pops_as_any_pop_and_a_pop_of_one_takes_one(client: TestC
 
 
 def test_a_group_is_never_handed_out_twice_under_concurrent_pops(store: Store) -> None:
-    from baton.storage.organisations import create_organisation
-
     with store.session() as session:
         for org in ORGS:
             create_organisation(session, org, org, maxsize=0)
@@ -135,8 +138,6 @@ def test_a_group_is_never_handed_out_twice_under_concurrent_pops(store: Store) -
 
 def test_concurrent_pops_through_the_executor(store: Store) -> None:
     """The API's own executor (PostgreSQL: its fallback threads; SQLite: inline or its thread)."""
-    from baton.storage.organisations import create_organisation
-
     with store.session() as session:
         for org in ORGS:
             create_organisation(session, org, org, maxsize=0)
@@ -170,14 +171,34 @@ def test_concurrent_pops_through_the_executor(store: Store) -> None:
 
 
 def seed(store: Store, rows: list[tuple[str, str, int, uuid.UUID | None]]) -> set[str]:
-    from baton.core.queueing import PushRequest
-    from baton.storage import queues
-
     ids = set()
     with store.session() as session:
-        for org, ooi, priority, key in rows:
-            request = PushRequest(
-                queue=f"boefje-{org}", priority=priority, data=boefje_data(org, ooi, key), hash=f"{org}|{ooi}"
-            )
-            ids.add(str(queues.push(session, request, utcnow()).task["id"]))
+        for org in dict.fromkeys(org for org, _, _, _ in rows):
+            requests = [
+                PushRequest(
+                    queue=f"boefje-{org}", priority=priority, data=boefje_data(org, ooi, key), hash=f"{org}|{ooi}"
+                )
+                for queue_org, ooi, priority, key in rows
+                if queue_org == org
+            ]
+            ids.update(str(result.task["id"]) for result in queues.push_many(session, requests, utcnow()))
     return ids
+
+
+def test_a_group_is_found_through_its_index(store: Store) -> None:
+    """The companions' condition can use `ix_tasks_queued_dedup_key` (migration 0014 indexes the very
+    expression storage/deduplication.py queries): a group is an index lookup, not a scan of the queue."""
+    with store.session() as session:
+        create_organisation(session, "acme", "acme", maxsize=0)
+    seed(store, [("acme", f"Hostname|internet|h{n}", n % 5, None) for n in range(3000)])
+    seed(store, [(org, "Hostname|internet|shared", 3, uuid.uuid4()) for org in ("acme",)])
+    dialect = store.dialect
+    query = select(Task.seq).where(IS_QUEUED, Task.type == "boefje", key_column(dialect) == str(uuid.uuid4()))
+    sql = str(query.compile(dialect=dialect_of(dialect), compile_kwargs={"literal_binds": True}))
+    with store.engine.begin() as conn:
+        conn.execute(text("ANALYZE tasks"))
+        if dialect == "postgresql":
+            plan = "\n".join(row[0] for row in conn.execute(text(f"EXPLAIN {sql}")))
+        else:
+            plan = "\n".join(str(row[-1]) for row in conn.execute(text(f"EXPLAIN QUERY PLAN {sql}")))
+    assert "ix_tasks_queued_dedup_key" in plan, plan
