@@ -20,6 +20,7 @@ from baton.ingest.events import EVENT_KIND, AnyEvent, KatScanProfileMutation, Sc
 from baton.ingest.katalogus import CatalogueSync
 from baton.ingest.planners.new_boefjes import Backfiller
 from baton.ingest.planners.scheduled import fire_due_schedules
+from baton.ingest.planners.twins import twin_planner
 from baton.ingest.scheduler import SchedulerContext
 from baton.storage import queues
 from baton.storage.boefje_runs import claim_boefje_runs
@@ -42,6 +43,7 @@ class BoefjeScheduler(EventDrivenScheduler):
         link = context.katalogus
         self.catalogue_sync = None if link is None else CatalogueSync(self, link)
         self.backfiller = None if link is None else Backfiller(self, link)
+        self.twins = twin_planner(self, link)  # deduplication: other organisations' twins of its tasks
 
     def tick(self) -> int:
         done = 0
@@ -54,6 +56,8 @@ class BoefjeScheduler(EventDrivenScheduler):
                 return 0  # no catalogue yet to plan with: events wait
             done += self.backfiller.step(now)
         done += super().tick()
+        if self.twins is not None:
+            done += self.twins.step(self.context.clock())
         with self.transaction() as session:
             return done + fire_due_schedules(self, session, self.context.clock())
 
@@ -85,7 +89,11 @@ class BoefjeScheduler(EventDrivenScheduler):
                     task_id=task_id,
                 )
             )
-        return [result.task for result in queues.push_many(session, requests, utcnow())]
+        results = queues.push_many(session, requests, utcnow())
+        if self.twins is not None:
+            levels = {boefje.id: boefje.scan_level for boefje, _ in wanted}
+            self.twins.note([result.task for result in results if result.created], levels)
+        return [result.task for result in results]
 
     def _wanted(self, session: Session, event: AnyEvent, catalogue: PluginCatalogue) -> list[tuple[Plugin, str]]:
         """(boefje, object) for every enabled boefje that may scan the event's object on its operation."""
