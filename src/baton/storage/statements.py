@@ -98,7 +98,7 @@ def task_columns(raw_data: bool = False) -> list[Any]:
 # -- pop ---------------------------------------------------------------------------------------------
 
 
-def _capped_queues() -> Select[Any]:
+def capped_queues() -> Select[Any]:
     """Queues of the type whose organisation has `max_in_flight` tasks out already."""
     return (
         select(QueueCounter.scheduler_id)
@@ -129,12 +129,17 @@ def pop(
     else:
         candidates = candidates.where(Task.type == bindparam("type_"))
         if caps:
-            candidates = candidates.where(Task.scheduler_id.not_in(_capped_queues()))
+            candidates = candidates.where(Task.scheduler_id.not_in(capped_queues()))
         order = (Task.priority, Task.fair_key, Task.seq) if target.fair else (Task.priority, Task.seq)
         candidates = candidates.order_by(*order)
     if condition is not None:
         candidates = candidates.where(condition)
     candidates = candidates.limit(bindparam("limit_")).with_for_update(skip_locked=True)
+    return claim(candidates, dialect, raw_data)
+
+
+def claim(candidates: Select[Any], dialect: Dialect, raw_data: bool = False) -> Update:
+    """Dispatch the tasks `candidates` (a locking SELECT of `seq`) chooses; parameter `:now_`."""
     if dialect == "postgresql":
         # A materialised CTE runs the locking SELECT exactly once; as an `IN (subquery)` the planner
         # may re-run it per outer row and dispatch more than `limit` tasks (a test caught that).
