@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from baton.core.model import utcnow
 from baton.core.queueing import PopTarget, PushRequest
 from baton.storage import queues
-from baton.storage.deduplication import companions, pop_together
+from baton.storage.deduplication import pop_together, together_statement
 from baton.storage.engine import Store
 from baton.storage.executors import executor_for
 from baton.storage.organisations import create_organisation
@@ -88,6 +88,22 @@ def test_a_keyless_head_pops_as_any_pop_and_a_pop_of_one_takes_one(client: TestC
     assert sorted(task["id"] for task in answer) == sorted([*grouped[1:], another])
     assert {task["data"]["deduplication_key"] for task in answer} == {str(key)}
     assert statuses(client, [later]) == ["queued"]
+
+
+def test_the_pops_filters_apply_to_the_group(client: TestClient) -> None:
+    """OpenKAT's runner filters its pops (by image or plugin): the group's other tasks must pass it too."""
+    organisations(client)
+    key = uuid.uuid4()
+    grouped = [push(client, org, "Hostname|internet|f", 2, key) for org in ("acme", "beta")]
+    other = {"priority": 2, "data": {**boefje_data("gamma", "Hostname|internet|f", key), "boefje": {"id": "x"}}}
+    client.post("/queues/boefje-gamma/push", json=other).raise_for_status()
+    body = {"filters": [{"column": "data", "field": "boefje__id", "operator": "eq", "value": "dns-records"}]}
+    answer = client.post("/schedulers/boefje/pop", params={"limit": 5}, json=body)
+    assert answer.status_code == 200, answer.text
+    assert sorted(task["id"] for task in answer.json()["results"]) == sorted(grouped)
+    assert [task["organisation"] for task in client.get("/tasks", params={"status": "queued"}).json()["results"]] == [
+        "gamma"
+    ]
 
 
 def test_a_group_is_never_handed_out_twice_under_concurrent_pops(store: Store) -> None:
@@ -184,16 +200,19 @@ def seed(store: Store, rows: list[tuple[str, str, int, uuid.UUID | None]]) -> se
 
 
 def test_a_group_is_found_through_its_index(store: Store) -> None:
-    """The companions' SELECT uses `ix_tasks_queued_dedup_key` (migration 0014 indexes the very expression
+    """The pop's group uses `ix_tasks_queued_dedup_key` (migration 0014 indexes the very expression
     storage/deduplication.py queries): a group is an index lookup, not a walk through the queue. Beside
-    3,000 keyless queued tasks, with and without the planner's statistics."""
+    3,000 keyless queued tasks, with the planner's statistics stale (of an empty table) and fresh."""
     with store.session() as session:
         create_organisation(session, "acme", "acme", maxsize=0)
+    with store.engine.begin() as conn:  # statistics of an empty table: stale once the queue fills
+        conn.exec_driver_sql("ANALYZE tasks")
     seed(store, [("acme", f"Hostname|internet|h{n}", n % 5, None) for n in range(3000)])
     seed(store, [("acme", "Hostname|internet|shared", 3, uuid.uuid4())])
     dialect = store.dialect
-    compiled = companions(dialect, caps=False).compile(dialect=dialect_of(dialect))
-    params = compiled.construct_params({"type_": "boefje", "key_": str(uuid.uuid4()), "limit_": 3})
+    statement = together_statement(PopTarget(type="boefje"), dialect, caps=False, raw_data=True)
+    compiled = statement.compile(dialect=dialect_of(dialect))
+    params = compiled.construct_params({"type_": "boefje", "limit_": 3, "now_": utcnow()})
     args: Any = params if dialect == "postgresql" else [params[name] for name in compiled.positiontup or ()]
     explain = "EXPLAIN" if dialect == "postgresql" else "EXPLAIN QUERY PLAN"
     for analyze in (False, True):
@@ -208,3 +227,5 @@ def test_a_group_is_found_through_its_index(store: Store) -> None:
         finally:
             connection.close()
         assert "ix_tasks_queued_dedup_key" in plan, plan
+        if dialect == "sqlite":  # the chosen tasks looked up by rowid, not the queued ones scanned by status
+            assert "SEARCH tasks USING INTEGER PRIMARY KEY" in plan.splitlines()[0], plan

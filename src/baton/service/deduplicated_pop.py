@@ -1,9 +1,11 @@
 """Which pops hand out a deduplication group together (mula's pop_boefje), and which stay the plain pop.
 
-A boefje pop asking for more than one task, with BATON_DEDUPLICATE on, runs `pop_together` (the head
-task, then the queued tasks sharing its `deduplication_key`, or the next ones when it has none) in one
-transaction. Every other pop, and so every pop of one task (OpenKAT's runners ask for one), is the plain
-pop statement untouched: grouped, on the fast path, with nothing added but this test.
+A boefje pop asking for more than one task, with BATON_DEDUPLICATE on, is `pop_together`: one statement
+that dispatches the head task and, when it carries a `deduplication_key`, the queued tasks of any
+organisation sharing it, else the next tasks as any pop (storage/deduplication.py). On PostgreSQL it is
+sent on the fast path's pool like the pop, but not grouped with other pops (each has its own head).
+Every other pop, and so every pop of one task (OpenKAT's runners ask for one), is the plain pop
+statement untouched, with nothing added but this test.
 """
 
 from __future__ import annotations

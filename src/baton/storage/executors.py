@@ -105,7 +105,7 @@ class ThreadExecutor:
     async def pop_together(
         self, target: PopTarget, *, limit: int, now: datetime, tree: FilterTree | None = None, caps: bool = False
     ) -> list[dict[str, Any]]:
-        """A boefje pop that hands out a deduplication group together, in one transaction (deduplication.py)."""
+        """A boefje pop that hands out a deduplication group together, in one statement (deduplication.py)."""
         return await self._transaction(
             lambda conn: deduplication.pop_together(
                 conn, target, limit=limit, now=now, tree=tree, caps=caps, raw_data=True
@@ -202,6 +202,9 @@ def _compiled(statement_key: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
     if kind == "pop":
         _, by_queue, fair, caps = statement_key
         statement: Any = statements.plain_pop(by_queue, fair, "postgresql", caps, raw_data=True)
+    elif kind == "together":
+        _, by_queue, fair, caps = statement_key
+        statement = deduplication.plain_together(by_queue, fair, "postgresql", caps, raw_data=True)
     elif kind == "push":
         statement = statements.push_postgresql(statement_key[1], raw_data=True)
     elif kind == "queue_exists":
@@ -292,7 +295,12 @@ class PostgresExecutor:
     async def pop_together(
         self, target: PopTarget, *, limit: int, now: datetime, tree: FilterTree | None = None, caps: bool = False
     ) -> list[dict[str, Any]]:
-        return await self._fallback.pop_together(target, limit=limit, now=now, tree=tree, caps=caps)
+        """One statement on the pool, as the pop (not grouped with other pops: each has its own head)."""
+        if tree is not None:
+            return await self._fallback.pop_together(target, limit=limit, now=now, tree=tree, caps=caps)
+        params = {"queue_": target.queue, "type_": target.type, "limit_": limit, "now_": now}
+        rows = await self._fetch(("together", target.queue is not None, target.fair, caps), params)
+        return queues.sort_popped(rows, target)
 
     async def push(self, request: PushRequest, now: datetime) -> PushResult:
         params = push_params(request, now, data=orjson.dumps(request.data).decode())

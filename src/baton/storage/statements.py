@@ -33,6 +33,7 @@ tags run on from the head one step per task, is not affected.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any, Literal
@@ -123,19 +124,31 @@ def pop(
     Parameters: `:queue_` or `:type_`, `:limit_`, `:now_`. `caps`: skip queues at their organisation's
     `max_in_flight` (only worth its cost when some organisation has a cap).
     """
-    candidates = select(Task.seq).where(IS_QUEUED)
+    return claim(pop_candidates(target, condition=condition, caps=caps), dialect, raw_data)
+
+
+def pop_candidates(
+    target: PopTarget, *, condition: ColumnElement[bool] | None = None, caps: bool = False, columns: Sequence[Any] = ()
+) -> Select[Any]:
+    """The pop's locking SELECT of `seq` (and `columns`): up to `:limit_` queued tasks, best first."""
+    candidates = select(Task.seq, *columns).where(IS_QUEUED)
     if target.queue is not None:
-        candidates = candidates.where(Task.scheduler_id == bindparam("queue_")).order_by(Task.priority, Task.seq)
+        candidates = candidates.where(Task.scheduler_id == bindparam("queue_")).order_by(*pop_order(target))
     else:
         candidates = candidates.where(Task.type == bindparam("type_"))
         if caps:
             candidates = candidates.where(Task.scheduler_id.not_in(capped_queues()))
-        order = (Task.priority, Task.fair_key, Task.seq) if target.fair else (Task.priority, Task.seq)
-        candidates = candidates.order_by(*order)
+        candidates = candidates.order_by(*pop_order(target))
     if condition is not None:
         candidates = candidates.where(condition)
-    candidates = candidates.limit(bindparam("limit_")).with_for_update(skip_locked=True)
-    return claim(candidates, dialect, raw_data)
+    return candidates.limit(bindparam("limit_")).with_for_update(skip_locked=True)
+
+
+def pop_order(target: PopTarget) -> tuple[Any, ...]:
+    """Hand-out order: by priority, then the fair tag (a fair pop across organisations), then age."""
+    if target.type is not None and target.fair:
+        return (Task.priority, Task.fair_key, Task.seq)
+    return (Task.priority, Task.seq)
 
 
 def claim(candidates: Select[Any], dialect: Dialect, raw_data: bool = False) -> Update:
