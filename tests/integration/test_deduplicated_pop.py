@@ -202,7 +202,7 @@ def seed(store: Store, rows: list[tuple[str, str, int, uuid.UUID | None]]) -> se
 def test_a_group_is_found_through_its_index(store: Store) -> None:
     """The pop's group uses `ix_tasks_queued_dedup_key` (migration 0014 indexes the very expression
     storage/deduplication.py queries): a group is an index lookup, not a walk through the queue. Beside
-    3,000 keyless queued tasks, with the planner's statistics stale (of an empty table) and fresh."""
+    3,000 keyless queued tasks."""
     with store.session() as session:
         create_organisation(session, "acme", "acme", maxsize=0)
     with store.engine.begin() as conn:  # statistics of an empty table: stale once the queue fills
@@ -215,7 +215,10 @@ def test_a_group_is_found_through_its_index(store: Store) -> None:
     params = compiled.construct_params({"type_": "boefje", "limit_": 3, "now_": utcnow()})
     args: Any = params if dialect == "postgresql" else [params[name] for name in compiled.positiontup or ()]
     explain = "EXPLAIN" if dialect == "postgresql" else "EXPLAIN QUERY PLAN"
-    for analyze in (False, True):
+    # SQLite's statistics are whatever an ANALYZE left (Baton runs none; here, an empty table's): it must
+    # find the index with stale ones and fresh ones. PostgreSQL's autovacuum keeps statistics; with those of an empty table its choice among
+    # indexes is a coin toss over what it takes for no rows.
+    for analyze in (False, True) if dialect == "sqlite" else (True,):
         connection = store.engine.raw_connection()
         try:
             cursor = connection.cursor()
