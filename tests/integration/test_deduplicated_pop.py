@@ -216,8 +216,8 @@ def test_a_group_is_found_through_its_index(store: Store) -> None:
     args: Any = params if dialect == "postgresql" else [params[name] for name in compiled.positiontup or ()]
     explain = "EXPLAIN" if dialect == "postgresql" else "EXPLAIN QUERY PLAN"
     # SQLite's statistics are whatever an ANALYZE left (Baton runs none; here, an empty table's): it must
-    # find the index with stale ones and fresh ones. PostgreSQL's autovacuum keeps statistics; with those of an empty table its choice among
-    # indexes is a coin toss over what it takes for no rows.
+    # find the index with stale ones and fresh ones. PostgreSQL's autovacuum keeps statistics; with those
+    # of an empty table its choice among indexes is a coin toss over what it takes for no rows.
     for analyze in (False, True) if dialect == "sqlite" else (True,):
         connection = store.engine.raw_connection()
         try:
