@@ -34,6 +34,7 @@ from baton.core.model import SchedulerType, TaskStatus, utcnow
 from baton.core.queueing import PopTarget, PushRequest, PushResult
 from baton.core.rescans import first_rescan
 from baton.core.settings import Settings
+from baton.service.deduplicated_pop import DeduplicatedPop
 from baton.service.metrics import Metrics
 from baton.storage import listings
 from baton.storage import queues as queue_rows
@@ -203,6 +204,7 @@ class QueueService:
         self.store = store
         self.settings = settings
         self.executor = executor
+        self.deduplicated = DeduplicatedPop(executor, settings.openkat.deduplicate)
         self.metrics = metrics
         self._caps_known_at = float("-inf")
         self._caps = False
@@ -240,7 +242,7 @@ class QueueService:
         started = time.perf_counter()
         caps = target.type is not None and await self._caps_in_use()
         now = utcnow()
-        tasks = await self.executor.pop(target, limit=limit, now=now, tree=tree, caps=caps)
+        tasks = await self.deduplicated.pop(target, limit=limit, now=now, tree=tree, caps=caps)  # mula's groups
         self.metrics.pop_latency.observe(time.perf_counter() - started)
         if not tasks and target.queue is not None and not await self.executor.queue_exists(target.queue):
             raise NotFoundError(f"queue '{target.queue}' not found")

@@ -21,6 +21,7 @@ from baton.ingest.events import EVENT_KIND, AnyEvent, KatScanProfileMutation, Sc
 from baton.ingest.planners.catalogue_sync import CatalogueSync
 from baton.ingest.planners.new_boefjes import Backfiller
 from baton.ingest.planners.rescans import Rescanner, schedule_for
+from baton.ingest.planners.twins import twin_planner
 from baton.ingest.scheduler import SchedulerContext
 from baton.storage import queues
 from baton.storage.boefje_runs import RunClaim, claim_boefje_runs
@@ -47,6 +48,7 @@ class BoefjeScheduler(EventDrivenScheduler):
             None if link is None else Backfiller(self, link, self.push_boefje_tasks, lambda: self.backfill_page_size)
         )
         self.rescanner = Rescanner(self, link)
+        self.twins = twin_planner(self, link)  # deduplication: other organisations' twins of its tasks
 
     def tick(self) -> int:
         done = 0
@@ -59,6 +61,8 @@ class BoefjeScheduler(EventDrivenScheduler):
                 return 0  # no catalogue yet to plan with: events wait
             done += self.backfiller.step(now)
         done += super().tick()
+        if self.twins is not None:
+            done += self.twins.step(self.context.clock())
         return done + self.rescanner.step(self.context.clock())
 
     def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
@@ -123,8 +127,11 @@ class BoefjeScheduler(EventDrivenScheduler):
                     task_id=job.id,
                 )
             )
-        tasks = [result.task for result in queues.push_many(session, requests, utcnow())]
-        return BoefjePlan(tasks, claims)
+        results = queues.push_many(session, requests, utcnow())
+        if self.twins is not None:
+            levels = {boefje.id: boefje.scan_level for boefje, _ in wanted}
+            self.twins.note([result.task for result in results if result.created], levels)
+        return BoefjePlan([result.task for result in results], claims)
 
     def _wanted(self, session: Session, event: AnyEvent, catalogue: PluginCatalogue) -> list[tuple[Plugin, str]]:
         """(boefje, object) for every enabled boefje that may scan the event's object on its operation."""
