@@ -13,6 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from baton.control.katalogus import KATALOGUS_LOCK_KEY, KATALOGUS_ROLE, KatalogusOrganisationSync
+from baton.control.leadership import DatabaseLeaseLeader
+from baton.core.catalogue import KATALOGUS_SOURCE
 from baton.core.model import SchedulerSpec
 from baton.core.settings import Settings
 from baton.ingest.events import InProcessSource
@@ -24,6 +27,7 @@ from baton.openkat import KatalogusClient, OctopoesClient
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
 from harness.standins import OctopoesStandin, StandinServer
+from tests.integration.test_katalogus_organisations import LEASES, Ticker, organisations
 from tests.integration.test_openkat_clients import katalogus_url
 from tests.katalogus_world import POLL_SECONDS, Clock, client, octopoes_mutation, queued, run_until_idle
 
@@ -196,3 +200,29 @@ def test_settings_put_through_katalogus_api_decide_the_duplicates_baton_reads(es
     assert (api.get(settings).json(), katalogus.plugin(beta, "dns-records").enabled) == ({}, False)  # type: ignore[union-attr]
     assert duplicates() == []
     assert api.delete(settings).status_code == 404
+
+
+def test_organisations_made_and_deleted_through_katalogus_api_come_and_go_in_baton(estate: Estate) -> None:
+    """(An empty listing removes nothing: `stays` keeps KATalogus' listing non-empty.)"""
+    org, stays = f"baton-listed-{estate.suffix}", f"baton-stays-{estate.suffix}"
+    settings = Settings(database_url=estate.store.url, katalogus_poll_seconds=60, queue_maxsize=10)
+    leader = DatabaseLeaseLeader(estate.store, "a:1", LEASES, role=KATALOGUS_ROLE, liveness_key=KATALOGUS_LOCK_KEY)
+    recorder = OutsideServiceRecorder(estate.store, 60)
+    ticker = Ticker()
+    sync = KatalogusOrganisationSync(
+        estate.store, settings, estate.link.katalogus, recorder, leader, clock=ticker, holder="a:1"
+    )
+    try:
+        for made in (org, stays):
+            assert estate.api.post("/v1/organisations/", json={"id": made, "name": "Listed"}).status_code == 201
+            estate.organisations.append(made)
+        round_ = sync.step()
+        assert round_ is not None and {org, stays} <= set(round_.added)
+        assert organisations(estate.store)[org] == (KATALOGUS_SOURCE, 3)  # boefje, normalizer, report queues
+        assert estate.api.delete(f"/v1/organisations/{org}").status_code == 200
+        ticker.now += 60
+        round_ = sync.step()
+        assert round_ is not None and org in round_.removed
+        assert org not in organisations(estate.store) and stays in organisations(estate.store)
+    finally:
+        sync.leader.release()
