@@ -42,6 +42,7 @@ from baton.core.model import SchedulerState, TaskStatus, utcnow
 # prove a query's condition implies the partial index's and use the index.
 QUEUED = "status = 'queued'"
 QUEUED_WITH_HASH = "status = 'queued' AND hash IS NOT NULL"
+DISPATCHED = "status = 'dispatched'"
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -216,8 +217,12 @@ class Task(Base):
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     modified_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # The pop that handed the task out last (core/receipts.py): settled, its tasks go back to queued.
+    receipt: Mapped[uuid.UUID | None] = mapped_column(Uuid(), nullable=True)
 
     __table_args__ = (
+        # A receipt's tasks still out: what settling one reads.
+        Index("ix_tasks_receipt", "receipt", postgresql_where=text(DISPATCHED), sqlite_where=text(DISPATCHED)),
         # Pop reads the head of one queue: a partial index over queued tasks only keeps it O(log n).
         Index(
             "ix_tasks_pop",
@@ -270,6 +275,7 @@ class Task(Base):
 
 
 IS_QUEUED = Task.status == literal_column("'queued'")
+IS_DISPATCHED = Task.status == literal_column("'dispatched'")
 
 
 class QueueCounter(Base):
@@ -287,6 +293,18 @@ class QueueCounter(Base):
     queued: Mapped[int] = mapped_column(BigInteger, default=0)
     in_flight: Mapped[int] = mapped_column(BigInteger, default=0)
     last_key: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class PopReceipt(Base):
+    """An idempotency key a pop carried (core/receipts.py): until `expires_at`, the same key on the
+    same queue or type (`scope`) answers the tasks still dispatched under `receipt`."""
+
+    __tablename__ = "pop_receipts"
+
+    scope: Mapped[str] = mapped_column(String(160), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    receipt: Mapped[uuid.UUID] = mapped_column(Uuid(), index=True)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
 
 
 class Plugin(Base):
