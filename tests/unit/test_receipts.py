@@ -103,3 +103,56 @@ def test_outside_a_request_each_call_gets_the_default() -> None:
         return deadline.remaining(3.0)
 
     assert 2.5 < asyncio.run(scenario()) <= 3.0
+
+
+def test_work_that_waits_several_times_keeps_one_deadline() -> None:
+    outcomes: list[tuple[Any, BaseException | None]] = []
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def two_steps() -> str:
+            await asyncio.sleep(0.001)  # a wait that ends in time
+            await release.wait()  # and one that does not
+            return "second"
+
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(deadline.TooLateError):
+            await deadline.within(two_steps(), 0.05, lambda result, error: outcomes.append((result, error)))
+        assert asyncio.get_running_loop().time() - started < 5  # not stuck on the second wait
+        release.set()
+        await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert outcomes == [("second", None)]
+
+
+def test_work_that_fails_raises_its_own_error() -> None:
+    async def failing() -> None:
+        await asyncio.sleep(0)
+        raise DatabaseUnavailableError("database connection lost; retry later")
+
+    with pytest.raises(DatabaseUnavailableError, match="connection lost"):
+        asyncio.run(deadline.within(failing(), 1.0))
+
+
+def test_a_caller_cancelled_leaves_the_work_to_finish() -> None:
+    outcomes: list[tuple[Any, BaseException | None]] = []
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def slow() -> str:
+            await release.wait()
+            return "committed"
+
+        caller = asyncio.ensure_future(deadline.within(slow(), 5.0, lambda *outcome: outcomes.append(outcome)))
+        await asyncio.sleep(0.01)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        release.set()
+        await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert outcomes == [("committed", None)]

@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from baton.core.errors import DatabaseUnavailableError
 
@@ -64,20 +64,83 @@ def too_late(seconds: float) -> TooLateError:
     return TooLateError(TOO_LATE.format(seconds=seconds), "no answer before the request's deadline")
 
 
-async def within(work: Awaitable[T], default_seconds: float, on_late: OnLate | None = None) -> T:
+async def within(work: Coroutine[Any, Any, T], default_seconds: float, on_late: OnLate | None = None) -> T:
     """`work`'s result if it comes before the deadline in force, else DatabaseUnavailableError (503);
-    `work` then runs on, and `on_late` receives its outcome when it ends."""
-    task = asyncio.ensure_future(work)
-    seconds = remaining(default_seconds)
-    if not task.done():
-        done, _ = await asyncio.wait((task,), timeout=seconds)
-        if not done:
-            if on_late is not None:
-                task.add_done_callback(lambda finished: _late(finished, on_late))
-            else:
-                task.add_done_callback(_consume)
-            raise too_late(default_seconds)
-    return task.result()
+    `work` then runs on, and `on_late` receives its outcome when it ends.
+
+    `work` runs in the caller's own task, stepped here as a task would step it: no task, no timer
+    while it finishes without waiting (SQLite's pops on the event loop's thread), one timer for all
+    its waits otherwise (a pop costs a few microseconds more, not a task's tens). At the deadline it
+    is handed, mid-way, to a task of its own that finishes it."""
+    try:
+        waiting = work.send(None)
+    except StopIteration as finished:
+        return cast(T, finished.value)
+    loop = asyncio.get_running_loop()
+    timer: asyncio.TimerHandle | None = None
+    wake: asyncio.Future[None] | None = None
+
+    expired = False
+
+    def woken(_: Any = None) -> None:
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        woken()
+
+    try:
+        while True:
+            try:
+                if waiting is None:  # a bare yield (asyncio.sleep(0)): step on in the next round
+                    await asyncio.sleep(0)
+                elif not waiting.done():
+                    if timer is None:
+                        timer = loop.call_at(loop.time() + remaining(default_seconds), expire)
+                    if not expired:
+                        wake = loop.create_future()
+                        waiting.add_done_callback(woken)
+                        try:
+                            await wake
+                        finally:
+                            waiting.remove_done_callback(woken)
+                    if not waiting.done():  # the deadline, not the work, woke us
+                        _finish_later(work, waiting, on_late)
+                        raise too_late(default_seconds)
+            except asyncio.CancelledError:  # the caller is cancelled: the work, suspended, runs on
+                _finish_later(work, waiting, on_late)
+                raise
+            if waiting is not None:
+                waiting._asyncio_future_blocking = False  # as a task does before stepping on
+            try:
+                waiting = work.send(None)
+            except StopIteration as finished:
+                return cast(T, finished.value)
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _finish_later(work: Coroutine[Any, Any, Any], waiting: Any, on_late: OnLate | None) -> None:
+    """Step `work` on to its end in a task of its own, from where it waits on `waiting`."""
+    task = asyncio.ensure_future(_resume(work, waiting))
+    task.add_done_callback(_consume if on_late is None else lambda done: _late(done, on_late))
+
+
+async def _resume(work: Coroutine[Any, Any, T], waiting: Any) -> T:
+    while True:
+        if waiting is None:
+            await asyncio.sleep(0)
+        else:
+            with contextlib.suppress(BaseException):  # the work reads the outcome itself (result())
+                await asyncio.wait((waiting,))
+            waiting._asyncio_future_blocking = False
+        try:
+            waiting = work.send(None)
+        except StopIteration as finished:
+            return cast(T, finished.value)
 
 
 def _consume(task: asyncio.Future[Any]) -> None:
