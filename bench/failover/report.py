@@ -53,7 +53,8 @@ def _scenario(outcome: dict[str, Any]) -> list[str]:
         f"Tasks: {tasks['pushed_acknowledged']} pushes acknowledged ({tasks['push_errors']} answered with an error), "
         f"{tasks['popped']} handed out; **{tasks['lost']} lost, {tasks['duplicated_handouts']} handed out twice, "
         f"{tasks['duplicated_pushes']} pushed twice, {tasks['stranded']} stranded** (`dispatched`, no client received "
-        "them).",
+        f"them; from {tasks.get('stranded_pops', NONE)} pops); {tasks.get('handed_back', NONE)} handed back (tasks of "
+        "pops answered with an error, back in their queue).",
         "",
         "| process | tracebacks | warning lines | recovery lines | distinct warnings |",
         "| --- | --- | --- | --- | --- |",
