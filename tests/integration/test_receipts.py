@@ -277,3 +277,28 @@ def test_a_group_pop_whose_acknowledgement_was_lost_leaves_no_task_dispatched(pg
         counts = dict(session.execute(text("SELECT status, count(*) FROM tasks GROUP BY status")).all())
     assert counts == {"queued": 20}
     pg_store.dispose()
+
+
+def test_housekeeping_forgets_keys_past_their_time(store: Store, database_url: str) -> None:
+    from sqlalchemy import func, select
+
+    from baton.control.housekeeping import Housekeeping
+    from baton.storage.tables import PopReceipt
+
+    add_organisation(store, "acme", maxsize=0)
+    push(store, "boefje-acme", priority=1, data={})
+    push(store, "boefje-acme", priority=2, data={})
+    settings = Settings(database_url=database_url, pop_receipt_seconds=1.0)
+    with TestClient(create_app(settings, store)) as client:
+        keyed(client, "kept-briefly")
+        keyed(client, "another", "/queues/boefje-acme/pop")
+
+    def keys() -> int:
+        with store.session() as session:
+            return int(session.scalar(select(func.count()).select_from(PopReceipt)) or 0)
+
+    housekeeping = Housekeeping(store, settings)
+    assert housekeeping.forget_expired_keys() == 0 and keys() == 2  # within their time: kept
+    forgotten = []
+    assert wait_until(lambda: forgotten.append(housekeeping.forget_expired_keys()) or sum(forgotten) == 2, 10)
+    assert keys() == 0
