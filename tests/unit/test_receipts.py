@@ -136,23 +136,41 @@ def test_work_that_fails_raises_its_own_error() -> None:
         asyncio.run(deadline.within(failing(), 1.0))
 
 
-def test_a_caller_cancelled_leaves_the_work_to_finish() -> None:
-    outcomes: list[tuple[Any, BaseException | None]] = []
+def test_a_cancellation_reaches_the_work_as_from_a_plain_await() -> None:
+    """asyncio.timeout inside the work cancels the current task, the caller's: the work must get
+    that cancellation (and turn it into its TimeoutError), not the caller."""
+    seen: list[str] = []
 
-    async def scenario() -> None:
-        release = asyncio.Event()
+    async def scenario() -> str:
+        async def with_its_own_timeout() -> str:
+            try:
+                async with asyncio.timeout(0.01):
+                    await asyncio.Event().wait()
+            except TimeoutError:
+                seen.append("its own timeout")
+            await asyncio.sleep(0)
+            return "went on"
 
-        async def slow() -> str:
-            await release.wait()
-            return "committed"
+        return await deadline.within(with_its_own_timeout(), 5.0)
 
-        caller = asyncio.ensure_future(deadline.within(slow(), 5.0, lambda *outcome: outcomes.append(outcome)))
+    assert asyncio.run(scenario()) == "went on"
+    assert seen == ["its own timeout"]
+
+    async def cancelled_caller() -> None:
+        stopped: list[str] = []
+
+        async def slow() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                stopped.append("work cancelled")
+                raise
+
+        caller = asyncio.ensure_future(deadline.within(slow(), 5.0))
         await asyncio.sleep(0.01)
         caller.cancel()
         with pytest.raises(asyncio.CancelledError):
             await caller
-        release.set()
-        await asyncio.sleep(0.01)
+        assert stopped == ["work cancelled"]
 
-    asyncio.run(scenario())
-    assert outcomes == [("committed", None)]
+    asyncio.run(cancelled_caller())

@@ -71,7 +71,8 @@ async def within(work: Coroutine[Any, Any, T], default_seconds: float, on_late: 
     `work` runs in the caller's own task, stepped here as a task would step it: no task, no timer
     while it finishes without waiting (SQLite's pops on the event loop's thread), one timer for all
     its waits otherwise (a pop costs a few microseconds more, not a task's tens). At the deadline it
-    is handed, mid-way, to a task of its own that finishes it."""
+    is handed, mid-way, to a task of its own that finishes it. A cancellation of the caller's task
+    reaches the work, as from a plain `await`."""
     try:
         waiting = work.send(None)
     except StopIteration as finished:
@@ -109,9 +110,16 @@ async def within(work: Coroutine[Any, Any, T], default_seconds: float, on_late: 
                     if not waiting.done():  # the deadline, not the work, woke us
                         _finish_later(work, waiting, on_late)
                         raise too_late(default_seconds)
-            except asyncio.CancelledError:  # the caller is cancelled: the work, suspended, runs on
-                _finish_later(work, waiting, on_late)
-                raise
+            except asyncio.CancelledError as cancelled:
+                # The task is cancelled (by its owner, or by a timeout inside the work: asyncio.timeout
+                # cancels the current task): the work gets it, as it would from a plain `await`.
+                if waiting is not None and not waiting.done() and waiting.cancel():
+                    continue  # the work sees its future cancelled when it steps on
+                try:
+                    waiting = work.throw(cancelled)
+                except StopIteration as finished:
+                    return cast(T, finished.value)
+                continue
             if waiting is not None:
                 waiting._asyncio_future_blocking = False  # as a task does before stepping on
             try:
