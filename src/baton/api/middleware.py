@@ -1,5 +1,6 @@
-"""Pure ASGI middleware: a request id per request (X-Request-ID in and out), one access log line,
-413 for bodies over the limit (counted as they stream in: Content-Length may be absent or lie),
+"""Pure ASGI middleware: a request id per request (X-Request-ID in and out), the request's one
+deadline for the database (BATON_DB_WAIT_SECONDS, core/deadline.py), one access log line, 413 for
+bodies over the limit (counted as they stream in: Content-Length may be absent or lie),
 422 for text that no database can store (NUL characters, lone UTF-16 surrogates), and the plain pop
 and push answered without FastAPI's routing (`fastpath.py`)."""
 
