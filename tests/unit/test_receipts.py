@@ -46,15 +46,20 @@ def test_a_key_holds_for_its_seconds() -> None:
     assert key_expires_at(now, 300) == now + timedelta(minutes=5)
 
 
-def test_popped_rows_are_settled_per_receipt_naming_their_tasks() -> None:
+def test_popped_rows_are_settled_per_pop_naming_their_tasks() -> None:
     first, second = uuid.uuid4(), uuid.uuid4()
+    at = datetime(2026, 12, 5, 8, 0, tzinfo=UTC)
+    later = at + timedelta(microseconds=1)
     tasks = [uuid.uuid4() for _ in range(3)]
     rows: list[dict[str, Any]] = [
-        {"id": tasks[0], "receipt": first},
-        {"id": tasks[1], "receipt": second},
-        {"id": tasks[2], "receipt": first},
+        {"id": tasks[0], "receipt": first, "modified_at": at},
+        {"id": tasks[1], "receipt": second, "modified_at": later},
+        {"id": tasks[2], "receipt": first, "modified_at": at},
     ]
-    assert settlements_for(rows) == [Settlement(first, (tasks[0], tasks[2])), Settlement(second, (tasks[1],))]
+    assert settlements_for(rows) == [
+        Settlement(first, at, (tasks[0], tasks[2])),
+        Settlement(second, later, (tasks[1],)),
+    ]
     assert settlements_for([]) == []
 
 

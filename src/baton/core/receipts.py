@@ -62,17 +62,20 @@ class KeyedPop:
 @dataclass(frozen=True)
 class Settlement:
     """A receipt to settle: all its tasks (`task_ids` None: the pop's outcome is unknown), or only
-    those named (tasks handed out that did not reach their client)."""
+    those named (tasks handed out that did not reach their client). `popped_at`: the pop's time,
+    which it wrote as its tasks' `modified_at`: the receipt's tasks are found by the index on
+    (status, modified_at) the task timeout reads, so the pop maintains no index of its own."""
 
     receipt: uuid.UUID
+    popped_at: datetime
     task_ids: tuple[uuid.UUID, ...] | None = None
 
 
 def settlements_for(rows: list[dict[str, object]]) -> list[Settlement]:
-    """The settlements that hand back popped rows (each row says its receipt and id): one per receipt."""
-    by_receipt: dict[uuid.UUID, list[uuid.UUID]] = {}
+    """The settlements that hand back popped rows (each row says its receipt, time and id): one per pop."""
+    by_pop: dict[tuple[uuid.UUID, datetime], list[uuid.UUID]] = {}
     for row in rows:
-        receipt, task_id = row.get("receipt"), row.get("id")
-        if isinstance(receipt, uuid.UUID) and isinstance(task_id, uuid.UUID):
-            by_receipt.setdefault(receipt, []).append(task_id)
-    return [Settlement(receipt, tuple(ids)) for receipt, ids in by_receipt.items()]
+        receipt, popped_at, task_id = row.get("receipt"), row.get("modified_at"), row.get("id")
+        if isinstance(receipt, uuid.UUID) and isinstance(popped_at, datetime) and isinstance(task_id, uuid.UUID):
+            by_pop.setdefault((receipt, popped_at), []).append(task_id)
+    return [Settlement(receipt, popped_at, tuple(ids)) for (receipt, popped_at), ids in by_pop.items()]

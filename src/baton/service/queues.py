@@ -238,33 +238,38 @@ class QueueService:
         An unknown queue raises NotFoundError (an empty one answers []). Within the request's deadline
         (BATON_DB_WAIT_SECONDS), or DatabaseUnavailableError; a pop that failed or was given up leaves
         its receipt to settle: its tasks, if it committed, go back to their queue."""
-        receipt = uuid.uuid4()
+        receipt, now = uuid.uuid4(), utcnow()
         keyed = None
         if key is not None:
-            keyed = KeyedPop(key_scope(target), key, key_expires_at(utcnow(), self.settings.pop_receipt_seconds))
+            keyed = KeyedPop(key_scope(target), key, key_expires_at(now, self.settings.pop_receipt_seconds))
 
         def late(rows: Any, error: BaseException | None) -> None:
             if error is None:
                 self.settler.unanswered(rows)
             elif not isinstance(error, NotFoundError):
-                self.settler.unknown(receipt)
+                self.settler.unknown(receipt, now)
 
         try:
-            return await deadline.within(self._pop(target, limit, tree, receipt, keyed), self._wait, late)
+            return await deadline.within(self._pop(target, limit, tree, receipt, now, keyed), self._wait, late)
         except NotFoundError:
             raise
         except deadline.TooLateError:
             raise  # `late` settles what the pop does when it ends
         except BaseException:
-            self.settler.unknown(receipt)  # it may have committed (an acknowledgement lost on the way)
+            self.settler.unknown(receipt, now)  # it may have committed (an acknowledgement lost on the way)
             raise
 
     async def _pop(
-        self, target: PopTarget, limit: int, tree: FilterTree | None, receipt: uuid.UUID, keyed: KeyedPop | None
+        self,
+        target: PopTarget,
+        limit: int,
+        tree: FilterTree | None,
+        receipt: uuid.UUID,
+        now: datetime,
+        keyed: KeyedPop | None,
     ) -> list[dict[str, Any]]:
         started = time.perf_counter()
         caps = target.type is not None and await self._caps_in_use()
-        now = utcnow()
         tasks = await self.executor.pop(
             target, limit=limit, now=now, tree=tree, caps=caps, receipt=receipt, keyed=keyed
         )

@@ -43,9 +43,9 @@ class Settler:
         self._later: set[asyncio.TimerHandle] = set()
         self.closed = False
 
-    def unknown(self, receipt: Any) -> None:
+    def unknown(self, receipt: Any, popped_at: Any) -> None:
         """A pop's outcome is unknown (it failed, or its answer was given up): settle its receipt."""
-        self._add(Settlement(receipt), again=True)
+        self._add(Settlement(receipt, popped_at), again=True)
 
     def unanswered(self, rows: Sequence[dict[str, Any]]) -> None:
         """Popped rows that will not reach their client: hand them back."""

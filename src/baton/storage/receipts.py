@@ -34,7 +34,10 @@ def settle(executable: Executable, settlement: Settlement, now: datetime) -> int
     priority, same position); how many. A task whose twin (same hash) is queued meanwhile is
     cancelled instead, as recovery does. Keys that named the receipt are forgotten: a retry with
     one of them is a new pop."""
-    chosen = select(Task.id, Task.scheduler_id, Task.hash).where(Task.receipt == settlement.receipt, IS_DISPATCHED)
+    # By (status, modified_at): the index the task timeout reads (a pop writes its time there).
+    chosen = select(Task.id, Task.scheduler_id, Task.hash).where(
+        IS_DISPATCHED, Task.modified_at == settlement.popped_at, Task.receipt == settlement.receipt
+    )
     if settlement.task_ids is not None:
         chosen = chosen.where(Task.id.in_(settlement.task_ids))
     if on_postgresql(executable):
@@ -88,15 +91,16 @@ def keyed_pop(
     executable.execute(delete(PopReceipt).where(*where, PopReceipt.expires_at <= now))  # expired: the key is free
     remembered = (
         insert_for(executable)(PopReceipt)
-        .values(scope=keyed.scope, key=keyed.key, receipt=receipt, expires_at=keyed.expires_at)
+        .values(scope=keyed.scope, key=keyed.key, receipt=receipt, popped_at=now, expires_at=keyed.expires_at)
         .on_conflict_do_nothing()
         .returning(PopReceipt.receipt)
     )
     if executable.execute(remembered).first() is None:
-        previous = executable.execute(select(PopReceipt.receipt).where(*where)).scalar()
+        previous = executable.execute(select(PopReceipt.receipt, PopReceipt.popped_at).where(*where)).first()
         if previous is not None:
-            executable.execute(update(PopReceipt).where(*where).values(receipt=receipt))
-            rows = executable.execute(restamp(), {"old_": previous, "receipt_": receipt, "now_": now})
+            executable.execute(update(PopReceipt).where(*where).values(receipt=receipt, popped_at=now))
+            found = {"old_": previous.receipt, "at_": previous.popped_at, "receipt_": receipt, "now_": now}
+            rows = executable.execute(restamp(), found)
             return queues.sort_popped([as_dict(row) for row in rows], target)
     rows_popped = queues.pop(
         executable, target, limit=limit, now=now, condition=condition, caps=caps, raw_data=True, receipt=receipt
@@ -108,11 +112,16 @@ def keyed_pop(
 
 @cache
 def restamp() -> Any:
-    """The tasks still dispatched under `:old_`, stamped with `:receipt_` (they are delivered again)."""
+    """The tasks still dispatched under `:old_` (popped at `:at_`), stamped with `:receipt_` (they are
+    delivered again)."""
     tasks = statements.TASKS
     return (
         update(tasks)
-        .where(tasks.c.receipt == bindparam("old_", type_=Task.receipt.type), IS_DISPATCHED)
+        .where(
+            IS_DISPATCHED,
+            tasks.c.modified_at == bindparam("at_", type_=Task.modified_at.type),
+            tasks.c.receipt == bindparam("old_", type_=Task.receipt.type),
+        )
         .values(receipt=bindparam("receipt_", type_=Task.receipt.type), modified_at=bindparam("now_"))
         .returning(*statements.task_columns(raw_data=True), tasks.c.seq, tasks.c.fair_key, tasks.c.receipt)
     )

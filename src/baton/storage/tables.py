@@ -42,7 +42,6 @@ from baton.core.model import SchedulerState, TaskStatus, utcnow
 # prove a query's condition implies the partial index's and use the index.
 QUEUED = "status = 'queued'"
 QUEUED_WITH_HASH = "status = 'queued' AND hash IS NOT NULL"
-DISPATCHED = "status = 'dispatched'"
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -218,11 +217,10 @@ class Task(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     modified_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # The pop that handed the task out last (core/receipts.py): settled, its tasks go back to queued.
+    # No index: a receipt's tasks are found by (status, modified_at), the pop's time.
     receipt: Mapped[uuid.UUID | None] = mapped_column(Uuid(), nullable=True)
 
     __table_args__ = (
-        # A receipt's tasks still out: what settling one reads.
-        Index("ix_tasks_receipt", "receipt", postgresql_where=text(DISPATCHED), sqlite_where=text(DISPATCHED)),
         # Pop reads the head of one queue: a partial index over queued tasks only keeps it O(log n).
         Index(
             "ix_tasks_pop",
@@ -304,6 +302,7 @@ class PopReceipt(Base):
     scope: Mapped[str] = mapped_column(String(160), primary_key=True)
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     receipt: Mapped[uuid.UUID] = mapped_column(Uuid(), index=True)
+    popped_at: Mapped[datetime] = mapped_column(UTCDateTime())  # the receipt's pop: its tasks' modified_at
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
 
 

@@ -15,25 +15,18 @@ down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-DISPATCHED = "status = 'dispatched'"
-
 
 def upgrade() -> None:
     # A plain ADD COLUMN on both backends (no batch copy of `tasks`: its triggers stay); nullable with
     # no default, so PostgreSQL does not rewrite the table.
+    # No index: a receipt's tasks are found by (status, modified_at), which a pop writes anyway.
     op.add_column("tasks", sa.Column("receipt", sa.Uuid(), nullable=True))
-    op.create_index(
-        "ix_tasks_receipt",
-        "tasks",
-        ["receipt"],
-        postgresql_where=sa.text(DISPATCHED),
-        sqlite_where=sa.text(DISPATCHED),
-    )
     op.create_table(
         "pop_receipts",
         sa.Column("scope", sa.String(length=160), nullable=False),
         sa.Column("key", sa.String(length=200), nullable=False),
         sa.Column("receipt", sa.Uuid(), nullable=False),
+        sa.Column("popped_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("scope", "key"),
     )
@@ -45,6 +38,5 @@ def downgrade() -> None:
     op.drop_index("ix_pop_receipts_expires_at", table_name="pop_receipts")
     op.drop_index("ix_pop_receipts_receipt", table_name="pop_receipts")
     op.drop_table("pop_receipts")
-    op.drop_index("ix_tasks_receipt", table_name="tasks")
     with op.batch_alter_table("tasks", recreate="never") as tasks:
         tasks.drop_column("receipt")
