@@ -72,13 +72,19 @@ def director_back(probe: ProbeRecord, writes_back: float | None) -> dict[str, An
 
 def task_audit(answers: list[Answer], conninfo: str, queue: str) -> dict[str, int]:
     """Lost: pushes answered 201 whose task is not in the database. Duplicated: a task handed to
-    two pops, or one push stored twice. Stranded: tasks `dispatched` that no client received."""
+    two pops, or one push stored twice. Stranded: tasks `dispatched` that no client received, and the
+    pops (receipts) they came from, none of whose tasks reached a client. Handed back: tasks of
+    unanswered pops that Baton put back in their queue (their receipt settled)."""
     with psycopg.connect(conninfo, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT id::text, status, data->>'m' FROM tasks WHERE scheduler_id = %s", (queue,)
+            "SELECT id::text, status, data->>'m', receipt::text, reason FROM tasks WHERE scheduler_id = %s", (queue,)
         ).fetchall()
-    stored = {task_id: status for task_id, status, _ in rows}
-    markers = Counter(marker for _, _, marker in rows)
+    stored = {task_id: status for task_id, status, *_ in rows}
+    markers = Counter(marker for _, _, marker, *_ in rows)
+    receipts: dict[str, set[str]] = {}
+    for task_id, status, _, receipt, _ in rows:
+        if status == "dispatched" and receipt is not None:
+            receipts.setdefault(receipt, set()).add(task_id)
     acknowledged = {a.task for a in answers if a.op == "push" and a.status == 201 and a.task}
     received = Counter(a.task for a in answers if a.op == "pop" and a.status == 200 and a.task)
     return {
@@ -89,6 +95,8 @@ def task_audit(answers: list[Answer], conninfo: str, queue: str) -> dict[str, in
         "duplicated_handouts": sum(1 for count in received.values() if count > 1),
         "duplicated_pushes": sum(1 for count in markers.values() if count > 1),
         "stranded": sum(1 for task_id, status in stored.items() if status == "dispatched" and task_id not in received),
+        "stranded_pops": sum(1 for tasks in receipts.values() if not tasks & received.keys()),
+        "handed_back": sum(1 for *_, reason in rows if (reason or "").startswith("handed back")),
         "tasks_in_database": len(stored),
     }
 

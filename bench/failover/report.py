@@ -53,7 +53,8 @@ def _scenario(outcome: dict[str, Any]) -> list[str]:
         f"Tasks: {tasks['pushed_acknowledged']} pushes acknowledged ({tasks['push_errors']} answered with an error), "
         f"{tasks['popped']} handed out; **{tasks['lost']} lost, {tasks['duplicated_handouts']} handed out twice, "
         f"{tasks['duplicated_pushes']} pushed twice, {tasks['stranded']} stranded** (`dispatched`, no client received "
-        "them).",
+        f"them; from {tasks.get('stranded_pops', NONE)} pops); {tasks.get('handed_back', NONE)} handed back (tasks of "
+        "pops answered with an error, back in their queue).",
         "",
         "| process | tracebacks | warning lines | recovery lines | distinct warnings |",
         "| --- | --- | --- | --- | --- |",
@@ -85,7 +86,10 @@ def write_docs(results: dict[str, Any]) -> None:
         "50 ms through the same URI) committed after the fault, to that same end; the director's is its "
         "first leadership renewal on the database's clock.",
         "- *Lost*: pushes answered 201 whose task is not in the database. *Stranded*: tasks `dispatched` that "
-        "no client received. Counted from every answer the clients recorded and the database afterwards.",
+        "no client received (and the pops they came from, by their receipts). *Handed back*: tasks of pops "
+        "answered with an error (a commit whose acknowledgement was lost), put back in their queue once the "
+        "database answered (the pop's receipt settled). Counted from every answer the clients recorded and the "
+        "database afterwards.",
         "- *Warning lines*: in each process's log while the scenario ran; *recovery lines*: its `database "
         "available again` lines. Baton logs a database outage once per process: one warning when it begins, one "
         "recovery line when it ends (a restart followed by a failover can be two outages).",

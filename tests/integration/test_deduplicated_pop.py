@@ -212,7 +212,7 @@ def test_a_group_is_found_through_its_index(store: Store) -> None:
     dialect = store.dialect
     statement = together_statement(PopTarget(type="boefje"), dialect, caps=False, raw_data=True)
     compiled = statement.compile(dialect=dialect_of(dialect))
-    params = compiled.construct_params({"type_": "boefje", "limit_": 3, "now_": utcnow()})
+    params = compiled.construct_params({"type_": "boefje", "limit_": 3, "now_": utcnow(), "receipt_": None})
     args: Any = params if dialect == "postgresql" else [params[name] for name in compiled.positiontup or ()]
     explain = "EXPLAIN" if dialect == "postgresql" else "EXPLAIN QUERY PLAN"
     # SQLite's statistics are whatever an ANALYZE left (Baton runs none; here, an empty table's): it must

@@ -188,3 +188,48 @@ def test_a_connection_found_broken_replaces_the_pools_stale_ones(private_postgre
         asyncio.run(run())
     finally:
         store.dispose()
+
+
+def test_every_request_answers_503_within_the_database_wait(private_postgres: ThrowawayPostgres) -> None:
+    """BATON_DB_WAIT_SECONDS is one deadline per request, whatever paths it tries: with the database
+    stopped, pops (the fast path and the route), pushes and status changes answer 503 with
+    Retry-After within it (a generous bound: the machine may be loaded)."""
+    wait = 2.0
+    port = free_port()
+    env = {**os.environ, "BATON_DATABASE_URL": private_postgres.url, "BATON_DB_WAIT_SECONDS": str(wait)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "baton", "serve", "--no-director", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    api = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    try:
+        assert wait_until(lambda: _ready(api), 60)
+        api.post("/organisations", json={"id": "acme", "name": "Acme"}).raise_for_status()
+        for n in range(3):
+            api.post("/queues/boefje-acme/push", json={"priority": 1, "data": {}, "hash": f"h{n}"}).raise_for_status()
+        task = api.post("/queues/boefje-acme/pop").json()
+
+        private_postgres.stop()
+        requests = [
+            ("POST", "/queues/boefje-acme/pop", None),  # the fast path
+            ("POST", "/queues/boefje-acme/pop", {"filters": []}),  # the route
+            ("POST", "/schedulers/boefje/pop?limit=2", None),
+            ("POST", "/queues/boefje-acme/push", {"priority": 1, "data": {}}),
+            ("PATCH", f"/tasks/{task['id']}", {"status": "running"}),
+        ]
+        timings = []
+        for _ in range(2):  # the first meet broken connections, the next wait for new ones
+            for method, path, body in requests:
+                started = time.monotonic()
+                answer = api.request(method, path, json=body)
+                took = time.monotonic() - started
+                timings.append((method, path, answer.status_code, round(took, 2)))
+                assert answer.status_code == 503, (method, path, answer.text)
+                assert answer.headers.get("Retry-After"), (method, path)
+                assert took <= wait + 1.5, timings
+        print("answers during the outage:", timings)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)

@@ -188,7 +188,9 @@ def create_app(
     app.state.store = built.store
     app.state.metrics = built.metrics
     app.state.token_cache = built.tokens
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        RequestContextMiddleware, max_body_bytes=settings.max_body_bytes, db_wait_seconds=settings.db_wait_seconds
+    )
     install_error_handlers(app)
     document_wait_maximum(app, settings.pop_max_wait_seconds)
 

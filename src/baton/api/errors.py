@@ -63,7 +63,7 @@ def error(status: int, message: str, detail: Any = None, headers: dict[str, str]
 
 
 def field_name(loc: tuple[Any, ...] | list[Any]) -> str:
-    parts = [str(part) for part in loc if part not in ("body", "query", "path")]
+    parts = [str(part) for part in loc if part not in ("body", "query", "path", "header")]
     return ".".join(parts) or ".".join(str(part) for part in loc)
 
 

@@ -7,15 +7,16 @@ per request on routing, dependency resolution and its Response than the database
 costs that and the validation of its body by the route's own model.
 
 Same answer as the routes in `queues.py` and `openkat.py`, byte for byte: the same service call, the
-same documents. Only the common case is taken: a pop with no body and no query string but a
-well-formed `limit`; a push with no query string and a body that is JSON (no Content-Type, or
+same documents. Only the common case is taken: a pop with no body, no query string but a
+well-formed `limit` and no `Idempotency-Key`; a push with no query string and a body that is JSON (no Content-Type, or
 `application/json`) which the route's model accepts; and either authentication off or a cached token
 granting the scope. Whatever is not taken goes on to the FastAPI app, which answers as always.
 
 What the service call raises is answered where it was raised, by the app's own exception handlers
-(the ones FastAPI's exception middleware would call): a pop that raised has handed out nothing, but
-a push that raised may have written its task (a connection lost after the commit), and running it
-again through the route could queue it twice.
+(the ones FastAPI's exception middleware would call), never by running the call again through the
+route: a push that raised may have written its task (a connection lost after the commit), and a pop
+that raised may have committed too (its receipt is settled: core/receipts.py); and a second try
+would wait for the database again, past the request's one deadline (BATON_DB_WAIT_SECONDS).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from baton.service.tokens import Scope as TokenScope
 from baton.service.tokens import grants
 
 JSON_HEADERS = (b"content-type", b"application/json")
+KEY_HEADER = b"idempotency-key"
 
 
 def pop_limit(query: bytes) -> int | None:
@@ -79,7 +81,7 @@ async def answer_pop(scope: Scope, body: bytes, send: Send) -> bool:
     if limit is None:
         return False
     state = scope["app"].state
-    if not authorised(scope, state, TokenScope.POP):
+    if any(name == KEY_HEADER for name, _ in scope["headers"]) or not authorised(scope, state, TokenScope.POP):
         return False
     queues = getattr(state, "queues", None)
     if queues is None:
@@ -87,8 +89,9 @@ async def answer_pop(scope: Scope, body: bytes, send: Send) -> bool:
     target = queues.target(queue=parts[2]) if parts[1] == "queues" else pop_target(queues, parts[2])
     try:
         tasks = await queues.pop(target, limit, None)
-    except Exception:  # FastAPI answers it (404, 503, ...) when it runs the same pop again
-        return False
+    except Exception as exc:
+        await answer_error(scope, exc, send)  # not the route: see the module's description
+        return True
     content: Any
     if parts[1] == "queues":
         content = task_document(tasks[0]) if tasks else None

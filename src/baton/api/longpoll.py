@@ -10,12 +10,13 @@ import asyncio
 import contextlib
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 
 from baton.api.schemas import ErrorOut
 from baton.core.filters import FilterTree
 from baton.core.queueing import PopTarget
+from baton.core.receipts import KEY_HEADER, KEY_MAX_LENGTH, KEY_PARAMETER, key_problem
 from baton.service.queues import QueueService
 
 WAIT_DESCRIPTION = (
@@ -25,6 +26,13 @@ WAIT_DESCRIPTION = (
     "pops (default 1000) and nothing is queued, the answer is 429."
 )
 Wait = Annotated[float, Query(ge=0, allow_inf_nan=False, description=WAIT_DESCRIPTION)]
+KEY_DESCRIPTION = (
+    f"Idempotency key of this pop (1 to {KEY_MAX_LENGTH} printable ASCII characters, e.g. a UUID the client makes per "
+    "pop and keeps when it retries): the same key on the same queue within BATON_POP_RECEIPT_SECONDS (default "
+    "300) answers the tasks the first attempt took (those still dispatched) instead of new ones."
+)
+KeyHeader = Annotated[str | None, Header(alias=KEY_HEADER, description=KEY_DESCRIPTION)]
+KeyParameter = Annotated[str | None, Query(alias=KEY_PARAMETER, description=KEY_DESCRIPTION)]
 TOO_MANY_WAITERS: dict[int | str, dict[str, Any]] = {
     429: {"model": ErrorOut, "description": "Nothing queued, and the server holds its limit of waiting pops"}
 }
@@ -55,6 +63,19 @@ def check_wait(wait: float, queues: QueueService) -> None:
         )
 
 
+def pop_key(header: str | None, parameter: str | None = None) -> str | None:
+    """The pop's idempotency key, from the `Idempotency-Key` header or the `idempotency_key` query
+    parameter; a 422 naming the one that cannot be a key, or both when they differ."""
+    for location, value in ((("header", KEY_HEADER), header), (("query", KEY_PARAMETER), parameter)):
+        problem = None if value is None else key_problem(value)
+        if problem is not None:
+            raise RequestValidationError([{"loc": location, "msg": problem, "type": "value_error", "input": value}])
+    if header is not None and parameter is not None and header != parameter:
+        problem = f"{KEY_HEADER} and {KEY_PARAMETER} differ; give one"
+        raise RequestValidationError([{"loc": ("query", KEY_PARAMETER), "msg": problem, "type": "value_error"}])
+    return header if header is not None else parameter
+
+
 async def watch_disconnect(request: Request, gone: asyncio.Event) -> None:
     """Set `gone` when the client hangs up (the ASGI server says so as the next message)."""
     while True:
@@ -65,16 +86,22 @@ async def watch_disconnect(request: Request, gone: asyncio.Event) -> None:
 
 
 async def pop_for(
-    request: Request, queues: QueueService, target: PopTarget, limit: int, tree: FilterTree | None, wait: float
+    request: Request,
+    queues: QueueService,
+    target: PopTarget,
+    limit: int,
+    tree: FilterTree | None,
+    wait: float,
+    key: str | None = None,
 ) -> list[dict[str, Any]]:
     """The pop a route asked for: at once, or waiting up to `wait` seconds while the client stays."""
     check_wait(wait, queues)
     if wait == 0:
-        return await queues.pop(target, limit, tree)
+        return await queues.pop(target, limit, tree, key)
     gone = asyncio.Event()
     watcher = asyncio.ensure_future(watch_disconnect(request, gone))
     try:
-        return await queues.pop_waiting(target, limit, tree, wait=wait, gone=gone)
+        return await queues.pop_waiting(target, limit, tree, wait=wait, gone=gone, key=key)
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):

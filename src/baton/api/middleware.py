@@ -1,5 +1,6 @@
-"""Pure ASGI middleware: a request id per request (X-Request-ID in and out), one access log line,
-413 for bodies over the limit (counted as they stream in: Content-Length may be absent or lie),
+"""Pure ASGI middleware: a request id per request (X-Request-ID in and out), the request's one
+deadline for the database (BATON_DB_WAIT_SECONDS, core/deadline.py), one access log line, 413 for
+bodies over the limit (counted as they stream in: Content-Length may be absent or lie),
 422 for text that no database can store (NUL characters, lone UTF-16 surrogates), and the plain pop
 and push answered without FastAPI's routing (`fastpath.py`)."""
 
@@ -14,6 +15,7 @@ import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from baton.api.fastpath import answer_pop, answer_push
+from baton.core import deadline
 from baton.core.logging import get_logger
 
 log = get_logger("baton.api")
@@ -87,9 +89,10 @@ class RequestContextMiddleware:
     """Pure ASGI: a request id per request (X-Request-ID in and out), one access log line, and a
     413 for bodies over the limit, counted as they stream in (Content-Length may be absent or lie)."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, db_wait_seconds: float = 5.0) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.db_wait_seconds = db_wait_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -99,6 +102,7 @@ class RequestContextMiddleware:
         request_id = headers.get(b"x-request-id", b"").decode("latin-1")[:128] or uuid.uuid4().hex
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=request_id)
+        deadline.begin(self.db_wait_seconds)  # every wait for the database takes from this one
         started = time.perf_counter()
         state: dict[str, Any] = {"status": 500}
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from baton.api import routing, security
 from baton.api.deps import QueuesDep, Responses
-from baton.api.longpoll import TOO_MANY_WAITERS, Wait, pop_for
+from baton.api.longpoll import TOO_MANY_WAITERS, KeyHeader, Wait, pop_for, pop_key
 from baton.api.responses import json_response, openkat_task_document, tasks_response
 from baton.api.schemas import (
     MAX_LIST_LIMIT,
@@ -84,12 +84,14 @@ async def pop_many(
     limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 1,
     body: PopIn | None = None,
     wait: Wait = 0,
+    key_header: KeyHeader = None,
 ) -> Response:
     """Pop up to `limit` tasks, best priority first (fair across organisations among equals), each
     handed out once; `{"results": []}` when empty. With `wait`, an empty answer waits until a task is
     queued or the time is up (long-poll; whatever is queued then, up to `limit`, is the answer)."""
     tree = filter_tree(body.filters) if body else None
-    return tasks_response(await pop_for(request, queues, pop_target(queues, scheduler), limit, tree, wait))
+    key = pop_key(key_header)
+    return tasks_response(await pop_for(request, queues, pop_target(queues, scheduler), limit, tree, wait, key))
 
 
 def resolve_push_queue(path_id: str, body: CompatPushIn) -> tuple[str, SchedulerType]:

@@ -13,7 +13,7 @@ from fastapi import Body, Request, Response, status
 from baton.api import routing, security
 from baton.api.deps import QueuesDep, Responses
 from baton.api.keyset import DEFAULT_LIMIT, Cursor, Limit, OrganisationSearch, PrefixSearch, link_next, page_request
-from baton.api.longpoll import TOO_MANY_WAITERS, Wait, pop_for
+from baton.api.longpoll import TOO_MANY_WAITERS, KeyHeader, KeyParameter, Wait, pop_for, pop_key
 from baton.api.responses import json_response, task_document
 from baton.api.schemas import ErrorOut, PopIn, PushIn, QueueOut, TaskOut, filter_tree
 from baton.core.jobs import recognised_job
@@ -106,9 +106,13 @@ async def pop(
     queues: QueuesDep,
     body: Annotated[PopIn | None, Body()] = None,
     wait: Wait = 0,
+    idempotency_key: KeyParameter = None,
+    key_header: KeyHeader = None,
 ) -> Response:
     """Hand out the best queued task (now `dispatched`), or `null` when the queue is empty; with
-    `wait`, an empty queue's answer waits until a task is queued or the time is up (long-poll)."""
+    `wait`, an empty queue's answer waits until a task is queued or the time is up (long-poll). With
+    an idempotency key, a retry answers the task the first attempt took."""
     tree = filter_tree(body.filters) if body else None
-    tasks = await pop_for(request, queues, queues.target(queue=queue_id), 1, tree, wait)
+    key = pop_key(key_header, idempotency_key)
+    tasks = await pop_for(request, queues, queues.target(queue=queue_id), 1, tree, wait, key)
     return json_response(task_document(tasks[0]) if tasks else None)

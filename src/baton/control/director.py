@@ -178,6 +178,7 @@ class Director(BackgroundService):
         # Outside the office: stepping down need not wait for it, and a removal after a lost term
         # does no harm (whoever leads next removes the same tasks, each once).
         report.removed = self.housekeeping.remove_expired()
+        self.housekeeping.forget_expired_keys()
         return report
 
     def _renew_until_stopped(self) -> None:

@@ -31,6 +31,7 @@ from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
 from baton.storage.engine import Store
 from baton.storage.leadership import HOUSEKEEPER_LIVENESS_LOCK_KEY, HOUSEKEEPER_ROLE
+from baton.storage.receipts import delete_expired_keys
 from baton.storage.retention import delete_consumed_events, delete_finished
 from baton.storage.tasks import requeue_stuck
 
@@ -65,7 +66,14 @@ class Housekeeping:
 
     def round(self) -> HousekeepingReport:
         requeued, failed = self.recover_stuck_tasks()
-        return HousekeepingReport(requeued, failed, self.remove_expired())
+        removed = self.remove_expired()
+        self.forget_expired_keys()
+        return HousekeepingReport(requeued, failed, removed)
+
+    def forget_expired_keys(self) -> int:
+        """Idempotency keys of pops past BATON_POP_RECEIPT_SECONDS (a few rows: one statement)."""
+        with self.store.session() as session:
+            return delete_expired_keys(session, utcnow())
 
     def recover_stuck_tasks(self) -> tuple[int, int]:
         """Re-queue tasks whose runner went silent (SKIP LOCKED: safe even if two leaders overlap)."""

@@ -322,6 +322,20 @@ class Settings(BaseSettings):
         description="PostgreSQL: pops of one queue (or type) that arrive while one is on its way to the database "
         "share the next statement, instead of one statement each.",
     )
+    pop_receipt_seconds: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description="How long a pop's idempotency key (`Idempotency-Key` header, or `idempotency_key`) holds: "
+        "the same key on the same queue within this answers the tasks the first attempt took, not new ones.",
+    )
+    db_wait_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="Longest a request waits for the database, whatever it tries (a pooled connection, a "
+        "statement, a second path): then it answers 503 with Retry-After.",
+    )
     pop_recheck_seconds: float = Field(
         1.0,
         gt=0,

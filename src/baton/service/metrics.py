@@ -114,6 +114,11 @@ class Metrics:
             registry=self.registry,
             buckets=DWELL_BUCKETS,
         )
+        self.handed_back = Counter(
+            "baton_pops_handed_back",
+            "Tasks of pops whose answer did not reach the client, put back in their queue by this process.",
+            registry=self.registry,
+        )
         self.pop_waiters = Gauge(
             "baton_pop_waiters", "Pops waiting for a task (`?wait=`) in this process.", registry=self.registry
         )

@@ -26,16 +26,19 @@ from typing import Any
 
 import orjson
 
+from baton.core import deadline
 from baton.core.errors import BatonError, NotFoundError, PayloadTooLargeError
 from baton.core.filters import FilterTree
 from baton.core.jobs import BoefjeJob, job_document, job_hash
 from baton.core.listing import Page, PageRequest, cut_page
 from baton.core.model import SchedulerType, TaskStatus, utcnow
 from baton.core.queueing import PopTarget, PushRequest, PushResult
+from baton.core.receipts import KeyedPop, key_expires_at, key_scope
 from baton.core.rescans import first_rescan
 from baton.core.settings import Settings
-from baton.service.deduplicated_pop import DeduplicatedPop
+from baton.service.deduplicated_pop import deduplicated_pop
 from baton.service.metrics import Metrics
+from baton.service.receipts import Settler
 from baton.storage import listings
 from baton.storage import queues as queue_rows
 from baton.storage.engine import Session, Store
@@ -204,12 +207,13 @@ class QueueService:
         self.store = store
         self.settings = settings
         self.executor = executor
-        self.deduplicated = DeduplicatedPop(executor, settings.openkat.deduplicate)
+        self.deduplicate = settings.openkat.deduplicate
         self.metrics = metrics
         self._caps_known_at = float("-inf")
         self._caps = False
         self.waiters = Waiters(settings.pop_max_waiters, metrics.pop_waiters)
         self.wakeups = wakeups or wakeups_for(store, settings.pop_recheck_seconds)
+        self.settler = Settler(executor, settings.db_wait_seconds, metrics.handed_back)
 
     def start(self) -> None:
         """Start listening for queued tasks (on the server's event loop)."""
@@ -235,19 +239,73 @@ class QueueService:
             self._caps = await self.executor.any_caps()
         return self._caps
 
-    async def pop(self, target: PopTarget, limit: int = 1, tree: FilterTree | None = None) -> list[dict[str, Any]]:
-        """Hand out up to `limit` tasks (each to this caller only); [] when there are none.
+    async def pop(
+        self, target: PopTarget, limit: int = 1, tree: FilterTree | None = None, key: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Hand out up to `limit` tasks (each to this caller only); [] when there are none. With an
+        idempotency `key` (checked by the caller: core/receipts.py), a pop that used the same key on the
+        same target within BATON_POP_RECEIPT_SECONDS answers again the tasks it took, not new ones.
 
-        An unknown queue raises NotFoundError (an empty one answers [])."""
+        An unknown queue raises NotFoundError (an empty one answers []). Within the request's deadline
+        (BATON_DB_WAIT_SECONDS), or DatabaseUnavailableError; a pop that failed or was given up leaves
+        its receipt to settle: its tasks, if it committed, go back to their queue."""
+        receipt, now = uuid.uuid4(), utcnow()
+        keyed = None
+        if key is not None:
+            keyed = KeyedPop(key_scope(target), key, key_expires_at(now, self.settings.pop_receipt_seconds))
+
+        def late(rows: Any, error: BaseException | None) -> None:
+            if error is None:
+                self.settler.unanswered(rows)
+            elif not isinstance(error, NotFoundError):
+                self.settler.unknown(receipt, now)
+
+        try:
+            return await deadline.within(self._pop(target, limit, tree, receipt, now, keyed), self._wait, late)
+        except NotFoundError:
+            raise
+        except deadline.TooLateError:
+            raise  # `late` settles what the pop does when it ends
+        except BaseException:
+            self.settler.unknown(receipt, now)  # it may have committed (an acknowledgement lost on the way)
+            raise
+
+    async def _pop(
+        self,
+        target: PopTarget,
+        limit: int,
+        tree: FilterTree | None,
+        receipt: uuid.UUID,
+        now: datetime,
+        keyed: KeyedPop | None,
+    ) -> list[dict[str, Any]]:
         started = time.perf_counter()
         caps = target.type is not None and await self._caps_in_use()
-        now = utcnow()
-        tasks = await self.deduplicated.pop(target, limit=limit, now=now, tree=tree, caps=caps)  # mula's groups
+        tasks = await deduplicated_pop(  # mula's groups, where they apply
+            self.executor,
+            target,
+            enabled=self.deduplicate,
+            limit=limit,
+            now=now,
+            tree=tree,
+            caps=caps,
+            receipt=receipt,
+            keyed=keyed,
+        )
         self.metrics.pop_latency.observe(time.perf_counter() - started)
         if not tasks and target.queue is not None and not await self.executor.queue_exists(target.queue):
             raise NotFoundError(f"queue '{target.queue}' not found")
         self._count_pops(tasks, now)
         return tasks
+
+    @property
+    def _wait(self) -> float:
+        return self.settings.db_wait_seconds
+
+    def hand_back(self, tasks: Sequence[dict[str, Any]]) -> None:
+        """Popped tasks that will not reach their client (it left, the answer failed): back to their queue."""
+        if tasks:
+            self.settler.unanswered(tasks)
 
     async def pop_waiting(
         self,
@@ -257,12 +315,14 @@ class QueueService:
         *,
         wait: float,
         gone: asyncio.Event | None = None,
+        key: str | None = None,
     ) -> list[dict[str, Any]]:
         """`pop`, but with nothing to hand out wait up to `wait` seconds for a task (a long-poll);
-        [] when none came, the client left (`gone`) or the server is stopping.
+        [] when none came, the client left (`gone`) or the server is stopping. Each pop after a wait
+        has the database wait (BATON_DB_WAIT_SECONDS) of its own.
 
         Raises TooManyWaitersError when it would wait and the process holds its limit of waiters."""
-        tasks = await self.pop(target, limit, tree)
+        tasks = await self.pop(target, limit, tree, key)
         if tasks or wait <= 0 or self.waiters.closed:
             return tasks
         if self.waiters.full:
@@ -271,15 +331,19 @@ class QueueService:
                 "pop again later, or without `wait`"
             )
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
+        ends = loop.time() + wait
         with self.waiters.waiting(waiter_key(target), filtered=tree is not None) as waiter:
             while True:
                 await self.wakeups.watch()  # from here on a queued task is announced (or `live` is False)
                 waiter.woken.clear()  # before the pop: a wake-up during the pop makes it look again
                 waiter.passes_on = True  # should the pop fail, another waiter looks instead
-                tasks = await self.pop(target, limit, tree)
+                with deadline.starting(self._wait):
+                    tasks = await self.pop(target, limit, tree, key)
+                if tasks and gone is not None and gone.is_set():
+                    self.hand_back(tasks)  # the client hung up meanwhile: nobody would receive them
+                    tasks = []
                 waiter.passes_on = bool(tasks)
-                remaining = deadline - loop.time()
+                remaining = ends - loop.time()
                 if tasks or remaining <= 0 or self.waiters.closed:
                     return tasks
                 if not self.wakeups.live or (target.type is not None and self._caps):
@@ -297,7 +361,7 @@ class QueueService:
 
     async def push(self, request: PushRequest) -> PushResult:
         check_data_size(request.data, self.settings.max_data_bytes)
-        result = await self.executor.push(request, utcnow())
+        result = await deadline.within(self.executor.push(request, utcnow()), self._wait)
         self.metrics.pushes.labels(request.queue, "created" if result.created else "deduplicated").inc()
         if result.created and self.waiters.count:
             self._queued_here(request.queue)
@@ -322,7 +386,7 @@ class QueueService:
         await asyncio.to_thread(work)
 
     async def change_status(self, task_id: uuid.UUID, status: TaskStatus) -> dict[str, Any]:
-        task = await self.executor.change_status(task_id, status, utcnow())
+        task = await deadline.within(self.executor.change_status(task_id, status, utcnow()), self._wait)
         if status is TaskStatus.QUEUED and self.waiters.count:
             self._queued_here(task["scheduler_id"])
         return task
@@ -343,7 +407,7 @@ class QueueService:
                     session, organisation, auto=self.settings.auto_organisations, maxsize=self.settings.queue_maxsize
                 )
 
-        return await asyncio.to_thread(work)
+        return await deadline.within(asyncio.to_thread(work), self._wait)
 
     async def find(self, task_id: uuid.UUID) -> dict[str, Any] | None:
         """One task as a record, or None (not on the hot path: a thread hop is fine)."""
@@ -353,7 +417,7 @@ class QueueService:
                 row = find_task(session, task_id)
                 return None if row is None else {column: getattr(row, column) for column in RECORD_COLUMNS}
 
-        return await asyncio.to_thread(work)
+        return await deadline.within(asyncio.to_thread(work), self._wait)
 
     # -- reading queues ----------------------------------------------------------------------------
     def queues_page(self, request: PageRequest) -> Page[QueueView]:
@@ -369,5 +433,6 @@ class QueueService:
 
     async def close(self) -> None:
         self.waiters.close()
+        await self.settler.close()
         await self.wakeups.close()
         await self.executor.close()

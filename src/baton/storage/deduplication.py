@@ -83,7 +83,8 @@ def together_statement(
     """A boefje pop of up to `:limit_` tasks in one statement: the ordinary pop's candidates (`rest`), the
     first of them (`head`) and, when the head carries a key, the queued tasks of its type sharing it
     (`grp`, any organisation). Dispatched: the head, then `grp` (a key) or the rest of `rest` (none).
-    Parameters as the pop's: `:queue_` or `:type_`, `:limit_`, `:now_`.
+    Parameters as the pop's: `:queue_` or `:type_`, `:limit_`, `:now_`, `:receipt_` (the pop's receipt,
+    core/receipts.py: a pop answered with an error gives its tasks back).
 
     With a key, the rows `rest` locked beyond the head are let go at the statement's end untouched (a
     concurrent pop skips them meanwhile, as any locked row)."""
@@ -113,8 +114,17 @@ def together_statement(
     return (
         update(statements.TASKS)
         .where(chosen_queued)
-        .values(status=TaskStatus.DISPATCHED.value, modified_at=bindparam("now_"))
-        .returning(*statements.task_columns(raw_data), statements.TASKS.c.seq, statements.TASKS.c.fair_key)
+        .values(
+            status=TaskStatus.DISPATCHED.value,
+            modified_at=bindparam("now_"),
+            receipt=bindparam("receipt_", type_=Task.receipt.type),
+        )
+        .returning(
+            *statements.task_columns(raw_data),
+            statements.TASKS.c.seq,
+            statements.TASKS.c.fair_key,
+            statements.TASKS.c.receipt,
+        )
     )
 
 
@@ -134,6 +144,7 @@ def pop_together(
     tree: FilterTree | None = None,
     caps: bool = False,
     raw_data: bool = False,
+    receipt: uuid.UUID | None = None,
 ) -> list[dict[str, Any]]:
     """A boefje pop of up to `limit` tasks: the head task and, when it carries a key, the queued tasks of
     its type sharing that key (any organisation, the filter applied to them too), else the next tasks as
@@ -144,7 +155,8 @@ def pop_together(
     else:
         condition = compile_tree(tree, dialect)
         statement = together_statement(target, dialect, caps=caps, raw_data=raw_data, condition=condition)
-    params = {"queue_": target.queue, "type_": target.type, "limit_": limit, "now_": now}
+    params: dict[str, Any] = {"queue_": target.queue, "type_": target.type, "limit_": limit, "now_": now}
+    params["receipt_"] = receipt or uuid.uuid4()
     return queues.sort_popped([as_dict(row) for row in executable.execute(statement, params)], target)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,10 +33,12 @@ from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
+from baton.core import deadline
 from baton.core.filters import FilterTree
 from baton.core.model import TaskStatus
 from baton.core.queueing import PopTarget, PushRequest, PushResult
-from baton.storage import deduplication, queues, statements
+from baton.core.receipts import KeyedPop, Settlement
+from baton.storage import deduplication, queues, receipts, statements
 from baton.storage.engine import Store
 from baton.storage.errors import translated
 from baton.storage.filters import compile_tree
@@ -57,12 +60,29 @@ RECONNECT_SECONDS = 1.0
 
 class QueueExecutor(Protocol):
     async def pop(
-        self, target: PopTarget, *, limit: int, now: datetime, tree: FilterTree | None = None, caps: bool = False
+        self,
+        target: PopTarget,
+        *,
+        limit: int,
+        now: datetime,
+        tree: FilterTree | None = None,
+        caps: bool = False,
+        receipt: uuid.UUID | None = None,
+        keyed: KeyedPop | None = None,
     ) -> list[dict[str, Any]]: ...
 
     async def pop_together(
-        self, target: PopTarget, *, limit: int, now: datetime, tree: FilterTree | None = None, caps: bool = False
+        self,
+        target: PopTarget,
+        *,
+        limit: int,
+        now: datetime,
+        tree: FilterTree | None = None,
+        caps: bool = False,
+        receipt: uuid.UUID | None = None,
     ) -> list[dict[str, Any]]: ...
+
+    async def settle(self, settlement: Settlement, now: datetime) -> int: ...
 
     async def push(self, request: PushRequest, now: datetime) -> PushResult: ...
 
@@ -95,22 +115,50 @@ class ThreadExecutor:
         return await self._run(lambda: self._in_transaction(unit))
 
     async def pop(
-        self, target: PopTarget, *, limit: int, now: datetime, tree: FilterTree | None = None, caps: bool = False
+        self,
+        target: PopTarget,
+        *,
+        limit: int,
+        now: datetime,
+        tree: FilterTree | None = None,
+        caps: bool = False,
+        receipt: uuid.UUID | None = None,
+        keyed: KeyedPop | None = None,
     ) -> list[dict[str, Any]]:
         condition = compile_tree(tree, self.store.dialect) if tree is not None else None
+        stamp = receipt or uuid.uuid4()
+        if keyed is not None:
+            return await self._transaction(
+                lambda conn: receipts.keyed_pop(
+                    conn, target, keyed, receipt=stamp, limit=limit, now=now, condition=condition, caps=caps
+                )
+            )
         return await self._transaction(
-            lambda conn: queues.pop(conn, target, limit=limit, now=now, condition=condition, caps=caps, raw_data=True)
+            lambda conn: queues.pop(
+                conn, target, limit=limit, now=now, condition=condition, caps=caps, raw_data=True, receipt=stamp
+            )
         )
 
     async def pop_together(
-        self, target: PopTarget, *, limit: int, now: datetime, tree: FilterTree | None = None, caps: bool = False
+        self,
+        target: PopTarget,
+        *,
+        limit: int,
+        now: datetime,
+        tree: FilterTree | None = None,
+        caps: bool = False,
+        receipt: uuid.UUID | None = None,
     ) -> list[dict[str, Any]]:
         """A boefje pop that hands out a deduplication group together, in one statement (deduplication.py)."""
+        stamp = receipt or uuid.uuid4()
         return await self._transaction(
             lambda conn: deduplication.pop_together(
-                conn, target, limit=limit, now=now, tree=tree, caps=caps, raw_data=True
+                conn, target, limit=limit, now=now, tree=tree, caps=caps, raw_data=True, receipt=stamp
             )
         )
+
+    async def settle(self, settlement: Settlement, now: datetime) -> int:
+        return await self._transaction(lambda conn: receipts.settle(conn, settlement, now))
 
     async def push(self, request: PushRequest, now: datetime) -> PushResult:
         return await self._transaction(lambda conn: queues.push(conn, request, now, raw_data=True))
@@ -251,8 +299,11 @@ class PostgresExecutor:
             self._opened = True
 
     @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[TupleRow]]:
-        async with self.pool.connection() as conn:
+    async def _connection(self, until: float | None = None) -> AsyncIterator[psycopg.AsyncConnection[TupleRow]]:
+        """A pooled connection, waited for until `until` (time.monotonic()) at most: the request's deadline."""
+        if until is None:
+            until = deadline.current(CONNECTION_WAIT_SECONDS)
+        async with self.pool.connection(timeout=max(0.0, until - time.monotonic())) as conn:
             try:
                 yield conn
             finally:
@@ -262,29 +313,45 @@ class PostgresExecutor:
                     # fail one more request on each.
                     await self.pool.drain()
 
-    async def _fetch(self, key: tuple[Any, ...], params: dict[str, Any]) -> list[dict[str, Any]]:
+    async def _fetch(
+        self, key: tuple[Any, ...], params: dict[str, Any], until: float | None = None
+    ) -> list[dict[str, Any]]:
         await self._ensure_open()
         sql, defaults = _compiled(key)
         with translated():
-            return await self._execute(sql, {**defaults, **params})
+            return await self._execute(sql, {**defaults, **params}, until)
 
-    async def _execute(self, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        async with self._connection() as conn:
+    async def _execute(self, sql: str, params: dict[str, Any], until: float | None) -> list[dict[str, Any]]:
+        async with self._connection(until) as conn:
             cursor = conn.cursor(binary=True)  # binary results: no text parsing of uuids and timestamps
             await cursor.execute(sql, params)
             rows: list[dict[str, Any]] = await cursor.fetchall()  # type: ignore[assignment]  # dict_row
             return rows
 
     async def pop(
-        self, target: PopTarget, *, limit: int, now: datetime, tree: FilterTree | None = None, caps: bool = False
+        self,
+        target: PopTarget,
+        *,
+        limit: int,
+        now: datetime,
+        tree: FilterTree | None = None,
+        caps: bool = False,
+        receipt: uuid.UUID | None = None,
+        keyed: KeyedPop | None = None,
     ) -> list[dict[str, Any]]:
-        if tree is not None:
-            return await self._fallback.pop(target, limit=limit, now=now, tree=tree, caps=caps)
+        if tree is not None or keyed is not None:
+            return await self._fallback.pop(
+                target, limit=limit, now=now, tree=tree, caps=caps, receipt=receipt, keyed=keyed
+            )
         key = ("pop", target.queue is not None, target.fair, caps)
+        # The statement a batch sends is its last waiter's: its receipt (the rows say which) and its
+        # deadline, the latest of the batch's.
+        until = deadline.current(CONNECTION_WAIT_SECONDS)
+        stamp = receipt or uuid.uuid4()
 
         async def claim(count: int) -> list[dict[str, Any]]:
-            params = {"queue_": target.queue, "type_": target.type, "limit_": count, "now_": now}
-            return queues.sort_popped(await self._fetch(key, params), target)
+            params = {"queue_": target.queue, "type_": target.type, "limit_": count, "now_": now, "receipt_": stamp}
+            return queues.sort_popped(await self._fetch(key, params, until), target)
 
         if self.batcher is None or caps:
             # With caps, one statement per pop: a batch would count an organisation's in-flight
@@ -293,12 +360,20 @@ class PostgresExecutor:
         return await self.batcher.pop(target, limit, claim)
 
     async def pop_together(
-        self, target: PopTarget, *, limit: int, now: datetime, tree: FilterTree | None = None, caps: bool = False
+        self,
+        target: PopTarget,
+        *,
+        limit: int,
+        now: datetime,
+        tree: FilterTree | None = None,
+        caps: bool = False,
+        receipt: uuid.UUID | None = None,
     ) -> list[dict[str, Any]]:
         """One statement on the pool, as the pop (not grouped with other pops: each has its own head)."""
+        stamp = receipt or uuid.uuid4()
         if tree is not None:
-            return await self._fallback.pop_together(target, limit=limit, now=now, tree=tree, caps=caps)
-        params = {"queue_": target.queue, "type_": target.type, "limit_": limit, "now_": now}
+            return await self._fallback.pop_together(target, limit=limit, now=now, tree=tree, caps=caps, receipt=stamp)
+        params = {"queue_": target.queue, "type_": target.type, "limit_": limit, "now_": now, "receipt_": stamp}
         rows = await self._fetch(("together", target.queue is not None, target.fair, caps), params)
         return queues.sort_popped(rows, target)
 
@@ -321,6 +396,9 @@ class PostgresExecutor:
 
     async def queue_exists(self, queue_id: str) -> bool:
         return bool(await self._fetch(("queue_exists",), {"queue_": queue_id}))
+
+    async def settle(self, settlement: Settlement, now: datetime) -> int:
+        return await self._fallback.settle(settlement, now)
 
     async def any_caps(self) -> bool:
         rows = await self._fetch(("any_caps",), {})

@@ -10,8 +10,11 @@ page) into one, which is most of what a pop costs the API and the database. Ever
 statement's: a task is claimed by one statement and handed to exactly one waiter, and the batch
 sees what eight statements in a row would (with SKIP LOCKED, what concurrent ones would).
 
-A waiter that gave up before its statement went out takes no tasks; one that gives up after is
-like a client that left after its pop: its tasks are dispatched and recovered when they time out.
+A waiter that gave up before its statement went out takes no tasks. A request that reaches its
+deadline does not give its waiter up: the waiter takes its share when the statement returns, and
+the queue service hands those tasks back (their receipt: core/receipts.py). A batch's statement is
+stamped with its last waiter's receipt, which the rows carry; when it fails, every waiter has its
+own receipt settled, the last one's among them.
 """
 
 from __future__ import annotations

@@ -44,22 +44,32 @@ def pop(
     condition: ColumnElement[bool] | None = None,
     caps: bool = False,
     raw_data: bool = False,
+    receipt: uuid.UUID | None = None,
 ) -> list[dict[str, Any]]:
     """Hand out up to `limit` tasks, best first; each task to one caller only, whatever the number of
-    concurrent callers (PostgreSQL: SKIP LOCKED; SQLite: writers are serialised)."""
+    concurrent callers (PostgreSQL: SKIP LOCKED; SQLite: writers are serialised). The tasks carry
+    `receipt` (a fresh one if None): the id of this pop (core/receipts.py)."""
     dialect: statements.Dialect = "postgresql" if on_postgresql(executable) else "sqlite"
     if condition is None:
         statement = statements.plain_pop(target.queue is not None, target.fair, dialect, caps, raw_data)
     else:
         statement = statements.pop(target, dialect, condition=condition, caps=caps, raw_data=raw_data)
-    return run_pop(executable, statement, target, limit=limit, now=now)
+    return run_pop(executable, statement, target, limit=limit, now=now, receipt=receipt)
 
 
 def run_pop(
-    executable: Executable, statement: Update, target: PopTarget, *, limit: int, now: datetime
+    executable: Executable,
+    statement: Update,
+    target: PopTarget,
+    *,
+    limit: int,
+    now: datetime,
+    receipt: uuid.UUID | None = None,
 ) -> list[dict[str, Any]]:
     """Run a pop statement of `statements.pop` built for `target`'s kind."""
-    params = {"queue_": target.queue, "type_": target.type, "limit_": limit, "now_": now}
+    params = {"queue_": target.queue, "type_": target.type, "limit_": limit, "now_": now, "receipt_": receipt}
+    if receipt is None:
+        params["receipt_"] = uuid.uuid4()
     rows = [as_dict(row) for row in executable.execute(statement, params)]
     return sort_popped(rows, target)
 

@@ -119,9 +119,10 @@ def pop(
     caps: bool = False,
     raw_data: bool = False,
 ) -> Update:
-    """Hand out up to `:limit_` queued tasks (now `dispatched`, `modified_at` = `:now_`).
+    """Hand out up to `:limit_` queued tasks (now `dispatched`, `modified_at` = `:now_`, stamped with the
+    pop's `:receipt_`: core/receipts.py), in the same statement.
 
-    Parameters: `:queue_` or `:type_`, `:limit_`, `:now_`. `caps`: skip queues at their organisation's
+    Parameters: `:queue_` or `:type_`, `:limit_`, `:now_`, `:receipt_`. `caps`: skip queues at their organisation's
     `max_in_flight` (only worth its cost when some organisation has a cap).
     """
     return claim(pop_candidates(target, condition=condition, caps=caps), dialect, raw_data)
@@ -165,8 +166,12 @@ def claim(candidates: Select[Any], dialect: Dialect, raw_data: bool = False) -> 
     return (
         update(TASKS)
         .where(chosen)
-        .values(status=TaskStatus.DISPATCHED.value, modified_at=bindparam("now_"))
-        .returning(*task_columns(raw_data), TASKS.c.seq, TASKS.c.fair_key)
+        .values(
+            status=TaskStatus.DISPATCHED.value,
+            modified_at=bindparam("now_"),
+            receipt=bindparam("receipt_", type_=Task.receipt.type),
+        )
+        .returning(*task_columns(raw_data), TASKS.c.seq, TASKS.c.fair_key, TASKS.c.receipt)
     )
 
 

@@ -216,6 +216,9 @@ class Task(Base):
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     modified_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # The pop that handed the task out last (core/receipts.py): settled, its tasks go back to queued.
+    # No index: a receipt's tasks are found by (status, modified_at), the pop's time.
+    receipt: Mapped[uuid.UUID | None] = mapped_column(Uuid(), nullable=True)
 
     __table_args__ = (
         # Pop reads the head of one queue: a partial index over queued tasks only keeps it O(log n).
@@ -270,6 +273,7 @@ class Task(Base):
 
 
 IS_QUEUED = Task.status == literal_column("'queued'")
+IS_DISPATCHED = Task.status == literal_column("'dispatched'")
 
 
 class QueueCounter(Base):
@@ -287,6 +291,19 @@ class QueueCounter(Base):
     queued: Mapped[int] = mapped_column(BigInteger, default=0)
     in_flight: Mapped[int] = mapped_column(BigInteger, default=0)
     last_key: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class PopReceipt(Base):
+    """An idempotency key a pop carried (core/receipts.py): until `expires_at`, the same key on the
+    same queue or type (`scope`) answers the tasks still dispatched under `receipt`."""
+
+    __tablename__ = "pop_receipts"
+
+    scope: Mapped[str] = mapped_column(String(160), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    receipt: Mapped[uuid.UUID] = mapped_column(Uuid(), index=True)
+    popped_at: Mapped[datetime] = mapped_column(UTCDateTime())  # the receipt's pop: its tasks' modified_at
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
 
 
 class Plugin(Base):

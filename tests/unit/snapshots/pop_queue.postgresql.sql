@@ -3,5 +3,5 @@ WITH claimed AS MATERIALIZED
 FROM tasks 
 WHERE tasks.status = 'queued' AND tasks.scheduler_id = %(queue_)s::VARCHAR ORDER BY tasks.priority, tasks.seq 
  LIMIT %(limit_)s FOR UPDATE SKIP LOCKED)
- UPDATE tasks SET status=%(status)s::VARCHAR, modified_at=%(now_)s::TIMESTAMP WITH TIME ZONE WHERE tasks.seq IN (SELECT claimed.seq 
-FROM claimed) AND tasks.status = 'queued' RETURNING tasks.id, tasks.scheduler_id, tasks.schedule_id, tasks.organisation, tasks.type, tasks.priority, tasks.status, tasks.hash, tasks.data, tasks.attempts, tasks.reason, tasks.created_at, tasks.modified_at, tasks.seq, tasks.fair_key
+ UPDATE tasks SET status=%(status)s::VARCHAR, modified_at=%(now_)s::TIMESTAMP WITH TIME ZONE, receipt=%(receipt_)s::UUID WHERE tasks.seq IN (SELECT claimed.seq 
+FROM claimed) AND tasks.status = 'queued' RETURNING tasks.id, tasks.scheduler_id, tasks.schedule_id, tasks.organisation, tasks.type, tasks.priority, tasks.status, tasks.hash, tasks.data, tasks.attempts, tasks.reason, tasks.created_at, tasks.modified_at, tasks.seq, tasks.fair_key, tasks.receipt
