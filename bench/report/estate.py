@@ -26,6 +26,17 @@ def _per_event(ingest: dict[str, Any]) -> str:
     return f" ({num(ingest['workers_cpu_ms_per_event'], 1)} + {num(ingest['postgres_cpu_ms_per_event'], 1)} ms)"
 
 
+def _load(result: dict[str, Any]) -> str:
+    start, end = result.get("load_start"), result.get("load_end")
+    if not start or not end:
+        return ""
+    return (
+        f" Load average (1 min) {num(start[0], 1)} at the start and {num(end[0], 1)} at the end on "
+        f"{result.get('cores', 'the')} cores: other work shared the machine, so wall times (all running, "
+        "hand-overs, ingest per second, lateness) are inflated by it; CPU seconds are each process's own."
+    )
+
+
 def section_estate(result: dict[str, Any]) -> list[str]:
     base = result["baseline"]
     empty = base["empty_worker"]
@@ -64,7 +75,7 @@ def section_estate(result: dict[str, Any]) -> list[str]:
     return [
         "## Ten thousand organisations: `baton worker`s at the size of a large estate",
         "",
-        measured_on(result),
+        measured_on(result) + _load(result),
         "",
         f"{result['organisations']:,} organisations ({result['schedulers']:,} schedulers) on PostgreSQL, shared by "
         f"{counts} `baton worker` processes with default settings (poll interval {settings['poll_interval_seconds']} "

@@ -424,6 +424,7 @@ def worst(cases: list[dict[str, Any]], *path: str) -> float | None:
 
 def run(ctx: Context) -> dict[str, Any]:
     configure_logging("warning")
+    load_start = os.getloadavg()
     count = ctx.size(10_000, 1_000)
     counts = (1, 2) if ctx.quick else (1, 2, 4)
     idle_seconds = 20.0 if ctx.quick else 60.0
@@ -447,6 +448,9 @@ def run(ctx: Context) -> dict[str, Any]:
         "baseline": base,
         "renewal": renewal,
         "cases": cases,
+        "cores": os.cpu_count(),
+        "load_start": load_start,  # 1, 5 and 15 minutes: the machine is shared, wall times are inflated
+        "load_end": os.getloadavg(),
         "worst": {
             "idle_cpu_s_per_min": worst(cases, "idle", "cpu_s_per_min"),
             "all_running_s": worst(cases, "all_running_s"),
