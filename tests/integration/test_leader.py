@@ -28,6 +28,7 @@ from baton.storage import workers as worker_rows
 from baton.storage.engine import Store
 from baton.storage.inbox import enqueue_event
 from baton.storage.leadership import LIVENESS_LOCK_KEY
+from baton.storage.organisations import delete_organisation
 from baton.storage.tables import Scheduler as SchedulerRow
 from harness.factories import add_organisation, fast_settings
 from harness.waiting import wait_until
@@ -490,3 +491,14 @@ def test_an_idle_worker_reads_only_the_running_leases_of_its_peers(pg_store: Sto
     )
     assert read <= 5, f"{read} scheduler rows read for one running lease: {on_schedulers}"
     assert until is not None and 15 < until <= 20
+
+
+def test_a_worker_counts_the_schedulers_of_existing_organisations(store: Store) -> None:
+    """Counted without joining the organisations: a deleted organisation's schedulers go with it."""
+    add_organisation(store, "acme")
+    add_organisation(store, "globex")
+    with store.session() as session:
+        assert worker_rows.count_schedulers(session) == 6
+        delete_organisation(session, "acme")
+    with store.session() as session:
+        assert worker_rows.count_schedulers(session) == 3
