@@ -13,7 +13,11 @@ COPY src ./src
 RUN /opt/baton/bin/pip install . \
     && /opt/baton/bin/python -m compileall -q /opt/baton/lib
 
-FROM ${PYTHON_IMAGE}
+# `runtime`: the image itself (named so OpenKAT's compose, whose scheduler builds `target: dev`, can be
+# told which stage: deploy/openkat/docker-compose.baton.yml).
+FROM ${PYTHON_IMAGE} AS runtime
+# OpenKAT's compose passes ENVIRONMENT=dev to its scheduler's build; Baton's image is the same either way.
+ARG ENVIRONMENT
 ENV PATH=/opt/baton/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 COPY --from=build /opt/baton /opt/baton
 # The default database (sqlite:///baton.db) lands in the working directory: writable for uid 10001.

@@ -45,6 +45,9 @@ class Request:
     # Stop this client at the first answer that moved nothing (a queue ran dry: the rate is then not
     # a rate). False: keep asking, as a job runner polls an empty queue.
     stop_when_dry: bool = True
+    # The path of the n-th call (n from 1, the warm-up included) instead of `path`: a picklable callable
+    # (a module-level function or a functools.partial of one), e.g. a distinct task to PATCH each call.
+    path_of: Callable[[int], str] | None = None
 
 
 @dataclass
@@ -137,8 +140,15 @@ def _http_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
             return request.body.replace(b"{n}", str(counter).encode()).replace(b"{client}", token)
         return request.body
 
+    calls = 0
+
+    def path() -> str:
+        nonlocal calls
+        calls += 1
+        return request.path if request.path_of is None else request.path_of(calls)
+
     def once() -> int:
-        conn.request(request.method, request.path, body=body(), headers=headers)
+        conn.request(request.method, path(), body=body(), headers=headers)
         response = conn.getresponse()
         payload = response.read()
         if response.status >= 300 and request.counting != "created":

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.report.capacity import section_capacity
 from bench.report.estate import section_estate
 from bench.report.fairness import section_fairness, section_organisations
 from bench.report.formatting import num, shown, table
@@ -48,6 +49,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "leases": section_leases,
     "profile": section_profile,
     "estate": section_estate,
+    "capacity": section_capacity,
 }
 
 

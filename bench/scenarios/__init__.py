@@ -24,6 +24,7 @@ NAMES = (
     "workers",
     "leases",
     "estate",
+    "capacity",
 )
 
 

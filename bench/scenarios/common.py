@@ -148,6 +148,23 @@ def bench_queue(ctx: Context, tasks: int) -> None:
             fill(conn, [ORG], tasks)
 
 
+def wal_position(conn: Any) -> dict[str, float]:
+    """The WAL written so far (bytes) and the checkpoints made so far (full-page images follow each)."""
+    checkpointer = conn.execute("SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL").fetchone()[0]
+    counted = (
+        "(SELECT num_timed + num_requested FROM pg_stat_checkpointer)"  # PostgreSQL 17 on
+        if checkpointer
+        else "(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)"
+    )
+    row = conn.execute(f"SELECT pg_current_wal_lsn()::text, {counted}").fetchone()
+    return {"wal": _lsn_bytes(row[0]), "checkpoints": int(row[1])}
+
+
+def _lsn_bytes(lsn: str) -> int:
+    high, low = lsn.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
 def postgres_version(ctx: Context) -> str:
     with connect(ctx) as conn:
         row = conn.execute("SHOW server_version").fetchone()

@@ -21,9 +21,9 @@ from baton.storage.boefje_runs import claim_boefje_runs
 from baton.storage.engine import Store
 from baton.storage.leadership import HOUSEKEEPER_ROLE, leadership
 from baton.storage.organisations import create_organisation
-from baton.storage.retention import delete_finished
+from baton.storage.retention import delete_consumed_events, delete_finished
 from baton.storage.schedules import create_schedule
-from baton.storage.tables import BoefjeRun, Organisation, Schedule, Task
+from baton.storage.tables import BoefjeRun, Event, Organisation, Schedule, Task
 from tests import queue_api as queue
 
 QUEUE = "boefje-acme"
@@ -228,3 +228,30 @@ def test_one_housekeeper_at_a_time_and_another_takes_over_when_it_stops(store: S
     finally:
         first.stop()
         second.stop()
+
+
+def test_consumed_events_past_retention_go_and_pending_ones_stay(store: Store) -> None:
+    """The inbox keeps every event until it is consumed; consumed ones (and dead letters) go with the
+    tasks' retention, so the events table does not grow for ever."""
+    add_tasks(store, 1, TaskStatus.QUEUED, RECENT)  # the organisation and its schedulers
+    now = utcnow()
+    with store.session() as session:
+        for kind, consumed in (
+            ("old consumed", now - OLD),
+            ("old dead letter", now - OLD),
+            ("recent consumed", now - RECENT),
+            ("pending", None),
+        ):
+            error = "malformed" if kind == "old dead letter" else None
+            session.add(
+                Event(
+                    scheduler_id=QUEUE, kind=kind, payload={}, created_at=now - OLD, consumed_at=consumed, error=error
+                )
+            )
+    report = Housekeeping(store, settings_for(store)).round()
+    with store.session() as session:
+        kept = sorted(session.scalars(select(Event.kind)))
+    assert kept == ["pending", "recent consumed"]
+    assert report.removed == 0  # tasks: the recent queued one stays
+    with store.session() as session:
+        assert delete_consumed_events(session, utcnow() + timedelta(days=1), 10) == 1  # only the consumed one

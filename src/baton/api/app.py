@@ -106,12 +106,28 @@ def monitoring_router() -> APIRouter:
 
     @router.get("/ready", responses={503: {"description": "Not ready"}})
     def ready(app_services: AppServicesDep) -> JSONResponse:
-        """Readiness: the database answers and its schema is current. Needs no token (a probe has
-        none; the answer tells only the database's kind)."""
-        problem = app_services.unready()
-        if problem is not None:
-            return JSONResponse({"status": "unavailable", "message": problem}, status_code=503)
-        return JSONResponse({"status": "ready", "database": app_services.store.dialect})
+        """Readiness: the database answers and its schema is current (else 503). Still 200 while KATalogus,
+        Octopoes or Bytes fails, with `status` "degraded" and which one since when (`degraded`);
+        `outside_services` gives each configured or recorded one's state (up, down, unknown). Needs no
+        token (a probe has none; the answer tells only the database's kind and the services' states, not
+        why one fails: the status page says that)."""
+        readiness = app_services.readiness()
+        if readiness.problem is not None:
+            return JSONResponse({"status": "unavailable", "message": readiness.problem}, status_code=503)
+        degraded = readiness.degraded
+        body: dict[str, Any] = {"status": "degraded" if degraded else "ready", "database": app_services.store.dialect}
+        if readiness.outside:
+            body["outside_services"] = {status.service: status.state for status in readiness.outside}
+        if degraded:
+            body["degraded"] = [
+                {
+                    "service": status.service,
+                    "down_since": status.down_since.isoformat() if status.down_since else None,
+                    "down_seconds": round(status.down_seconds or 0.0, 1),
+                }
+                for status in degraded
+            ]
+        return JSONResponse(body)
 
     @router.get("/metrics", response_class=Response, dependencies=[security.READ])
     def metrics(metrics: MetricsDep) -> Response:

@@ -1,5 +1,5 @@
-"""Housekeeping: re-queue tasks whose runner went silent, and remove finished tasks past their
-retention (`BATON_TASK_RETENTION_DAYS`).
+"""Housekeeping: re-queue tasks whose runner went silent, and remove finished tasks (and the inbox
+events consumed) past their retention (`BATON_TASK_RETENTION_DAYS`).
 
 The leading director does both in each of its rounds (control/director.py). Where no director runs
 (`baton worker`s share the schedulers), a `Housekeeper` in every worker does it, and one worker at a
@@ -31,7 +31,7 @@ from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
 from baton.storage.engine import Store
 from baton.storage.leadership import HOUSEKEEPER_LIVENESS_LOCK_KEY, HOUSEKEEPER_ROLE
-from baton.storage.retention import delete_finished
+from baton.storage.retention import delete_consumed_events, delete_finished
 from baton.storage.tasks import requeue_stuck
 
 log = get_logger("baton.housekeeping")
@@ -84,18 +84,20 @@ class Housekeeping:
         if cutoff is None:
             return 0
         deadline = self._clock() + seconds
-        removed = 0
+        removed = events = 0
         while not self._stop.is_set():
             started = self._clock()
             with self.store.session() as session:
                 batch = delete_finished(session, cutoff, RETENTION_BATCH)
+                event_batch = delete_consumed_events(session, cutoff, RETENTION_BATCH)
             removed += batch
+            events += event_batch
             pause = pause_after(self._clock() - started, RETENTION_SHARE)
-            if batch < RETENTION_BATCH or self._clock() + pause >= deadline:
+            if max(batch, event_batch) < RETENTION_BATCH or self._clock() + pause >= deadline:
                 break
             self._stop.wait(pause)
-        if removed:
-            log.info("removed finished tasks past their retention", removed=removed)
+        if removed or events:
+            log.info("removed finished tasks past their retention", removed=removed, consumed_events=events)
         return removed
 
 

@@ -178,7 +178,8 @@ class RecoverySettings(BaseSettings):
     task_retention_days: int = Field(
         30,
         ge=0,
-        description="Completed, failed and cancelled tasks are deleted this many days after their last change, in "
+        description="Completed, failed and cancelled tasks (and consumed inbox events) are deleted this many days after their "
+        "last change, in "
         "small batches beside the pops and pushes; 0 keeps every task. Schedules and the record of when each "
         "boefje last ran on an object (rescans, the grace period) are kept.",
     )

@@ -7,7 +7,10 @@ function, so its type is named here for their annotations (`Store`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from baton.core.errors import DatabaseUnavailableError
+from baton.core.outside_services import OutsideServiceStatus
 from baton.core.settings import Settings
 from baton.service.metrics import Metrics
 from baton.service.queues import QueueService
@@ -17,11 +20,22 @@ from baton.storage.engine import Store as Store
 from baton.storage.executors import executor_for
 
 
+@dataclass(frozen=True)
+class Readiness:
+    problem: str | None  # why the app cannot serve (None: it can)
+    outside: list[OutsideServiceStatus] = field(default_factory=list)  # KATalogus, Octopoes, Bytes
+
+    @property
+    def degraded(self) -> list[OutsideServiceStatus]:
+        """The outside services failing now: Baton serves, but without what they give."""
+        return [status for status in self.outside if status.state == "down"]
+
+
 class AppServices:
     def __init__(self, settings: Settings, store: Store | None = None) -> None:
         self.settings = settings
         self.store = store or Store(settings.database_url)
-        self.metrics = Metrics(self.store)
+        self.metrics = Metrics(self.store, settings.openkat)
         self.tokens = TokenCache()
 
     def queue_service(self) -> QueueService:
@@ -45,3 +59,14 @@ class AppServices:
         except DatabaseUnavailableError:
             return "database unreachable"
         return None if current else "migrations not applied"
+
+    def readiness(self) -> Readiness:
+        """`unready`, and when ready the state of the outside services (a failing one degrades Baton, it
+        does not stop it)."""
+        problem = self.unready()
+        if problem is not None:
+            return Readiness(problem)
+        try:
+            return Readiness(None, self.metrics.outside.statuses())
+        except DatabaseUnavailableError:
+            return Readiness("database unreachable")

@@ -3,7 +3,8 @@
 Counts of queued and in-flight tasks, recoveries and leadership are read from the database at scrape
 time, so every replica reports the same; pops, pushes and latencies are this process's own, and so
 is its view of the database (up, outages begun): a scrape during an outage answers with those (and
-without the counts it cannot read), so the outage shows.
+without the counts it cannot read), so the outage shows. KATalogus', Octopoes' and Bytes' state comes
+from the database too (service/outside_services.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from prometheus_client.registry import Collector
 from baton.core.errors import DatabaseUnavailableError
 from baton.core.model import SchedulerSpec, utcnow
 from baton.core.outages import OutageTracker
+from baton.core.settings import OpenKatSettings
+from baton.service.outside_services import OutsideServiceCollector, OutsideServices
 from baton.storage.engine import Store
 from baton.storage.errors import DATABASE
 from baton.storage.leadership import leaders
@@ -89,7 +92,7 @@ class OutageCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, openkat: OpenKatSettings | None = None) -> None:
         self.registry = CollectorRegistry()
         self.pushes = Counter(
             "baton_pushes",
@@ -116,6 +119,8 @@ class Metrics:
         )
         self.registry.register(StoreCollector(store))
         self.registry.register(OutageCollector(DATABASE))
+        self.outside = OutsideServices(store, openkat or OpenKatSettings())
+        self.registry.register(OutsideServiceCollector(self.outside))
         self._queues: dict[str, tuple[Any, Any]] = {}
 
     def per_queue(self, queue: str, organisation: str, task_type: str) -> tuple[Any, Any]:

@@ -1,4 +1,5 @@
-"""Removing finished tasks past their retention, a small batch per transaction.
+"""Removing finished tasks past their retention, and the consumed events of a scheduler's inbox, a
+small batch per transaction.
 
 Each batch is one statement: the oldest `limit` finished tasks last changed before the cutoff,
 read in order from `ix_tasks_modified` (old tasks are almost all finished, so few are skipped) and
@@ -17,7 +18,7 @@ from sqlalchemy import CursorResult, delete, select
 from sqlalchemy.orm import Session
 
 from baton.core.retention import FINISHED
-from baton.storage.tables import Task
+from baton.storage.tables import Event, Task
 
 
 def delete_finished(session: Session, before: datetime, limit: int) -> int:
@@ -31,6 +32,23 @@ def delete_finished(session: Session, before: datetime, limit: int) -> int:
     )
     result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
         delete(Task).where(Task.seq.in_(oldest.scalar_subquery())),
+        execution_options={"synchronize_session": False},
+    )
+    return int(result.rowcount or 0)
+
+
+def delete_consumed_events(session: Session, before: datetime, limit: int) -> int:
+    """Delete up to `limit` inbox events consumed (made into tasks, or rejected as dead letters) before
+    `before`, oldest first; how many. Unconsumed events are never removed, however old."""
+    oldest = (
+        select(Event.seq)
+        .where(Event.consumed_at.is_not(None), Event.consumed_at < before)
+        .order_by(Event.seq)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+        delete(Event).where(Event.seq.in_(oldest.scalar_subquery())),
         execution_options={"synchronize_session": False},
     )
     return int(result.rowcount or 0)

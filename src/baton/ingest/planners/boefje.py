@@ -17,7 +17,7 @@ from baton.core.priorities import rank_boefje_task
 from baton.ingest.catalogue import BatchCatalogue, PluginCatalogue
 from baton.ingest.event_driven import EventDrivenScheduler
 from baton.ingest.events import EVENT_KIND, AnyEvent, KatScanProfileMutation, ScanProfileMutation, object_scan_level
-from baton.ingest.katalogus import CatalogueSync
+from baton.ingest.planners.catalogue_sync import CatalogueSync
 from baton.ingest.planners.new_boefjes import Backfiller
 from baton.ingest.planners.scheduled import fire_due_schedules
 from baton.ingest.scheduler import SchedulerContext
@@ -41,7 +41,9 @@ class BoefjeScheduler(EventDrivenScheduler):
         super().__init__(spec, context, claim)
         link = context.katalogus
         self.catalogue_sync = None if link is None else CatalogueSync(self, link)
-        self.backfiller = None if link is None else Backfiller(self, link)
+        self.backfiller = (
+            None if link is None else Backfiller(self, link, self.push_boefje_tasks, lambda: self.backfill_page_size)
+        )
 
     def tick(self) -> int:
         done = 0

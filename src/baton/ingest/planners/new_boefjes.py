@@ -11,22 +11,29 @@ until it fits) rather than stall the backfill; an Octopoes outage leaves the cur
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from baton.core.catalogue import may_scan, scan_levels_for
 from baton.core.errors import OutsideServiceError, QueueFullError
+from baton.ingest.katalogus import KatalogusLink
+from baton.ingest.scheduler import Scheduler
 from baton.storage.backfills import Backfill, advance_backfill, drop_backfills, next_backfill
+from baton.storage.engine import Session
+from baton.storage.tables import Plugin
 
-if TYPE_CHECKING:
-    from baton.ingest.katalogus import KatalogusLink
-    from baton.ingest.planners.boefje import BoefjeScheduler
+# The boefje planner's own way to make tasks (planners/boefje.py): grace-period claims, ranks, dedup.
+PushBoefjeTasks = Callable[[Session, Sequence[tuple[Plugin, str]], datetime], list[dict[str, object]]]
 
 
 class Backfiller:
-    def __init__(self, scheduler: BoefjeScheduler, link: KatalogusLink) -> None:
+    def __init__(
+        self, scheduler: Scheduler, link: KatalogusLink, push: PushBoefjeTasks, page_size: Callable[[], int]
+    ) -> None:
         self.scheduler = scheduler
         self.link = link
+        self.push = push
+        self.full_page_size = page_size  # the scheduler's, read at each page (a test may change it)
         self.organisation = scheduler.spec.organisation
         self._shrunk_to: int | None = None  # a page size that fit a full queue; None: the scheduler's
         self.pending = True  # until a look finds none; the catalogue sync sets it when it starts one
@@ -34,7 +41,7 @@ class Backfiller:
 
     @property
     def page_size(self) -> int:
-        full = self.scheduler.backfill_page_size
+        full = self.full_page_size()
         return full if self._shrunk_to is None else min(self._shrunk_to, full)
 
     def step(self, now: datetime) -> int:
@@ -75,7 +82,7 @@ class Backfiller:
             self.scheduler.pause(self.scheduler.settings.timing.poll_interval_seconds)
             return 0
         if self._shrunk_to is not None:
-            self._shrunk_to = None if self._shrunk_to * 2 >= self.scheduler.backfill_page_size else self._shrunk_to * 2
+            self._shrunk_to = None if self._shrunk_to * 2 >= self.full_page_size() else self._shrunk_to * 2
         return max(made, 1)
 
     def _make_tasks(
@@ -93,4 +100,4 @@ class Backfiller:
                 for key, object_type, level in objects
                 if may_scan(boefje.consumes, boefje.scan_level, object_type, level)
             ]
-            return len(self.scheduler.push_boefje_tasks(session, wanted, now))
+            return len(self.push(session, wanted, now))

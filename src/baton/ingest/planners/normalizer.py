@@ -13,7 +13,7 @@ from baton.core.priorities import AUTOMATIC_PRIORITY
 from baton.ingest.catalogue import BatchCatalogue, PluginCatalogue
 from baton.ingest.event_driven import EventDrivenScheduler
 from baton.ingest.events import EVENT_KIND, AnyEvent, KatRawDataReceived, RawFileReceived, raw_data_of
-from baton.ingest.katalogus import CatalogueReadiness
+from baton.ingest.planners.catalogue_sync import CatalogueReadiness
 from baton.ingest.scheduler import SchedulerContext
 from baton.storage import queues
 from baton.storage.engine import Session

@@ -4,7 +4,7 @@ Every read costs the same whether `tasks` holds a thousand rows or ten million (
 - `overview.py`: queue statuses and their totals, per type and per organisation;
 - `rates.py`: pop and push rates, sampled from this process's counters;
 - `scheduler_views.py`: the schedulers by the heartbeat rule;
-- `control_plane.py`: leaders, workers, lease owners, RabbitMQ;
+- `control_plane.py`: leaders, workers, lease owners, RabbitMQ, KATalogus, Octopoes and Bytes;
 - `task_views.py`: keyset pages of tasks (one task: `baton.service.tasks.task_detail`).
 
 The database may be newer than this code (another release adds scheduler leases or a `workers`
@@ -64,6 +64,7 @@ class StatusService:
         self.schema = SchemaProbe(store)
         self.broker = broker
         self.operator = OperatorActions(store)
+        self.outside = metrics.outside
 
     def overview(self, offset: int = 0, limit: int = 50) -> Overview:
         now = utcnow()
@@ -92,7 +93,7 @@ class StatusService:
     def control_plane(self, broker_queues: BrokerQueues | None) -> ControlPlane:
         """`broker_queues(organisations)`: the dead-letter queue and the queues to look at (their names
         belong to the ingest layer, which passes them in)."""
-        return read_control_plane(self.store, self.settings, self.schema, self.broker, broker_queues)
+        return read_control_plane(self.store, self.settings, self.schema, self.broker, broker_queues, self.outside)
 
     def tasks(self, wanted: TaskFilter, before: int | None = None, limit: int = 50) -> TaskPage:
         with self.store.session() as session:

@@ -1,6 +1,7 @@
 """The status page's control plane: who leads and since when, workers and scheduler leases where the
-database has them (found by reflection, `storage/schema_probe.py`), and RabbitMQ's queues where it
-is configured (`BrokerProbe`, given a way to connect by the layer that knows the broker)."""
+database has them (found by reflection, `storage/schema_probe.py`), RabbitMQ's queues where it
+is configured (`BrokerProbe`, given a way to connect by the layer that knows the broker), and OpenKAT's
+services (KATalogus, Octopoes, Bytes) as Baton's callers last found them."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from baton import __version__
 from baton.core.identity import process_location
 from baton.core.logging import get_logger
 from baton.core.model import utcnow
+from baton.core.outside_services import OutsideServiceStatus
 from baton.core.settings import Settings
+from baton.service.outside_services import OutsideServices
 from baton.service.status.overview import seconds_since
 from baton.storage.engine import Store
 from baton.storage.leadership import leaders
@@ -86,6 +89,7 @@ class ControlPlane:
     workers_note: str
     lease_owners: list[LeaseOwner] | None
     broker: BrokerStatus
+    outside_services: list[OutsideServiceStatus]
 
 
 NOT_CONFIGURED = BrokerStatus(False, False, "RabbitMQ not configured", None, [], None, False)
@@ -146,6 +150,7 @@ def read_control_plane(
     schema: SchemaProbe,
     broker: BrokerProbe | None,
     broker_queues: BrokerQueues | None,
+    outside: OutsideServices | None = None,
 ) -> ControlPlane:
     """`broker_queues`: their names belong to the ingest layer, which passes them in."""
     now = utcnow()
@@ -169,6 +174,7 @@ def read_control_plane(
         organisations = sorted({row.organisation for row in list_schedulers(session)})
         workers = reflected.workers_snapshot(session, TABLE_ROWS)
         owners = reflected.lease_owners(session)
+        outside_services = [] if outside is None else outside.read(session)
     if broker is None or broker_queues is None:
         broker_status = NOT_CONFIGURED
     else:
@@ -195,6 +201,7 @@ def read_control_plane(
         ),
         lease_owners=None if owners is None else lease_owners(owners),
         broker=broker_status,
+        outside_services=outside_services,
     )
 
 

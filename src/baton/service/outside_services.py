@@ -1,0 +1,80 @@
+"""KATalogus, Octopoes and Bytes as Baton's callers recorded them (storage/outside_services.py, written by
+ingest/outside_services.py), for `/ready`, `/metrics` and the status page. Every API replica reads the
+same table, so each says the same; the rule that turns a record into up, down or unknown is in
+core/outside_services.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from baton.core.errors import DatabaseUnavailableError
+from baton.core.model import utcnow
+from baton.core.outside_services import OutsideServiceStatus, Recorded, outside_statuses, stale_after_seconds
+from baton.core.settings import OpenKatSettings
+from baton.storage.engine import Session, Store
+from baton.storage.outside_services import outside_services
+
+
+def configured_services(settings: OpenKatSettings) -> set[str]:
+    urls = {"katalogus": settings.katalogus_url, "octopoes": settings.octopoes_url, "bytes": settings.bytes_url}
+    return {service for service, url in urls.items() if url}
+
+
+class OutsideServices:
+    def __init__(self, store: Store, settings: OpenKatSettings) -> None:
+        self.store = store
+        self.configured = configured_services(settings)
+        self.stale_after = stale_after_seconds(settings.katalogus_poll_seconds)
+
+    def read(self, session: Session) -> list[OutsideServiceStatus]:
+        """One per service configured here or recorded by a caller (one small table: a handful of rows)."""
+        recorded = {
+            row.service: Recorded(row.down_since, row.reason, row.checked_at) for row in outside_services(session)
+        }
+        return outside_statuses(self.configured, recorded, utcnow(), self.stale_after)
+
+    def statuses(self) -> list[OutsideServiceStatus]:
+        with self.store.session() as session:
+            return self.read(session)
+
+
+class OutsideServiceCollector(Collector):
+    """Gauges per service, from the table at scrape time (every replica reports the same: take max, never
+    sum). A service whose state is unknown (configured but not called yet, or not called for a while) has
+    no sample."""
+
+    def __init__(self, services: OutsideServices) -> None:
+        self._services = services
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily(
+            "baton_outside_service_up",
+            "1 while KATalogus, Octopoes or Bytes answers Baton's calls, 0 while they fail (as Baton's callers "
+            "last recorded; no sample while unknown).",
+            labels=["service"],
+        )
+        down_for = GaugeMetricFamily(
+            "baton_outside_service_down_seconds",
+            "Seconds since the outside service's current outage began; 0 while it answers.",
+            labels=["service"],
+        )
+        checked = GaugeMetricFamily(
+            "baton_outside_service_checked_age_seconds",
+            "Seconds since a caller last recorded the outside service's state.",
+            labels=["service"],
+        )
+        try:
+            statuses = self._services.statuses()
+        except DatabaseUnavailableError:
+            statuses = []  # the database's own metrics say why
+        for status in statuses:
+            if status.checked_seconds_ago is not None:
+                checked.add_metric([status.service], status.checked_seconds_ago)
+            if status.state == "unknown":
+                continue
+            up.add_metric([status.service], 1 if status.state == "up" else 0)
+            down_for.add_metric([status.service], status.down_seconds or 0.0)
+        yield from (up, down_for, checked)
