@@ -26,6 +26,11 @@ def _per_event(ingest: dict[str, Any]) -> str:
     return f" ({num(ingest['workers_cpu_ms_per_event'], 1)} + {num(ingest['postgres_cpu_ms_per_event'], 1)} ms)"
 
 
+def _vacuums(idle: dict[str, Any]) -> str:
+    runs = idle.get("schedulers_autovacuums")
+    return f" ({runs} autovacuum)" if runs else ""
+
+
 def _load(result: dict[str, Any]) -> str:
     start, end = result.get("load_start"), result.get("load_end")
     if not start or not end:
@@ -58,7 +63,7 @@ def section_estate(result: dict[str, Any]) -> list[str]:
                 num(idle.get("to_postgres_alone"), 0),
                 num(idle["transactions_per_min"]),
                 num(idle["scheduler_rows_updated_per_min"]),
-                num(idle["wal_kib_per_min"]),
+                num(idle["wal_kib_per_min"]) + _vacuums(idle),
                 num(idle["load_1m"], 1),
                 f"{num(memory['rss_kib_per_scheduler'], 1)} / {num(memory['uss_kib_per_scheduler'], 1)}",
                 (num(ingest["per_second"]) if ingest["complete"] else "incomplete") + _per_event(ingest),
@@ -84,7 +89,9 @@ def section_estate(result: dict[str, Any]) -> list[str]:
         "the processes until every scheduler row is `running` under a live worker. *Idle*: CPU seconds per minute "
         "used by the workers and by every PostgreSQL server process (psutil: user + system time, exited children "
         "included) over a window with no event arriving, beside the transactions, scheduler-row updates and WAL "
-        f"the database saw meanwhile, and the load average (the machine is shared: CPU time, not wall time, is "
+        "the database saw meanwhile (in brackets the autovacuum and autoanalyze runs on the schedulers table in "
+        "the window, cleaning up after the claims: their CPU is PostgreSQL's), "
+        f"and the load average (the machine is shared: CPU time, not wall time, is "
         f"what is compared); target ≤ {target:g} CPU-s/min, workers and PostgreSQL together. Baseline in the same "
         f"run: PostgreSQL with no Baton process {num(postgres_only, 2)} CPU-s/min; one worker with no organisation "
         f"{num(empty['workers_cpu_s_per_min'], 2)} CPU-s/min (PostgreSQL meanwhile "

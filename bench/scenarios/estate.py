@@ -96,6 +96,7 @@ class Snapshot:
     transactions: int
     scheduler_updates: int
     wal_bytes: int
+    vacuums: int  # autovacuum and autoanalyze runs on the schedulers table
     load: float
 
 
@@ -104,7 +105,8 @@ def snapshot(ctx: Context, server: psutil.Process, workers: Sequence[psutil.Proc
         row = conn.execute(
             "SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()),"
             " (SELECT coalesce(n_tup_upd, 0) FROM pg_stat_user_tables WHERE relname = 'schedulers'),"
-            " pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
+            " pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,"
+            " (SELECT autovacuum_count + autoanalyze_count FROM pg_stat_user_tables WHERE relname = 'schedulers')"
         ).fetchone()
     assert row is not None
     return Snapshot(
@@ -114,6 +116,7 @@ def snapshot(ctx: Context, server: psutil.Process, workers: Sequence[psutil.Proc
         transactions=int(row[0] or 0),
         scheduler_updates=int(row[1] or 0),
         wal_bytes=int(row[2] or 0),
+        vacuums=int(row[3] or 0),
         load=os.getloadavg()[0],
     )
 
@@ -136,6 +139,9 @@ def idle_cost(
         "transactions_per_min": (after.transactions - before.transactions) / minutes,
         "scheduler_rows_updated_per_min": (after.scheduler_updates - before.scheduler_updates) / minutes,
         "wal_kib_per_min": (after.wal_bytes - before.wal_bytes) / 1024 / minutes,
+        # The claims updated every scheduler row: autovacuum may clean up after them in the window
+        # (its CPU is PostgreSQL's, its WAL is most of the window's).
+        "schedulers_autovacuums": after.vacuums - before.vacuums,
         "load_1m": (before.load + after.load) / 2,
     }
 
