@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build Baton's container images with Podman, from Debian's packages only (no registry needed):
-#   1. installs podman, podman-compose, runc and debootstrap (Debian; as root) when missing;
+#   1. installs podman, podman-compose, runc and debootstrap (Debian; as root) when missing, and
+#      the CNI dnsname plugin when Podman runs on CNI without it (service names would not resolve);
 #   2. uses deploy/podman/containers.conf (exported as CONTAINERS_CONF unless you set your own);
 #   3. builds the base images: localhost/baton-python:bookworm (debootstrap: Debian + python3-venv),
 #      localhost/baton-postgres:bookworm and localhost/baton-rabbitmq:bookworm (deploy/podman/*);
@@ -34,19 +35,34 @@ BATON_IMAGE=${BATON_IMAGE:-localhost/baton:$VERSION}
 
 step() { printf '\n== %s\n' "$*"; }
 
+DNSNAME_PACKAGE=golang-github-containernetworking-plugin-dnsname
+
+needs_dnsname() {
+  # Podman on CNI (Debian bookworm's default) resolves the compose services' names (postgres,
+  # rabbitmq) only with the dnsname plugin; without it every Baton container fails with "unknown host".
+  command -v podman >/dev/null && [ "$(podman info --format '{{.Host.NetworkBackend}}' 2>/dev/null)" = cni ] \
+    && [ ! -x /usr/lib/cni/dnsname ] && [ ! -x /opt/cni/bin/dnsname ]
+}
+
 install_tools() {
-  local missing=()
+  local missing=() packages=()
   for tool in podman podman-compose runc debootstrap; do
     command -v "$tool" >/dev/null || missing+=("$tool")
   done
-  [ ${#missing[@]} -eq 0 ] && return 0
+  packages=("${missing[@]}")
+  needs_dnsname && packages+=("$DNSNAME_PACKAGE")
+  [ ${#missing[@]} -eq 0 ] && ! needs_dnsname && return 0
   if [ "$(id -u)" != 0 ]; then
-    echo "missing: ${missing[*]}; install them (Debian: apt-get install podman podman-compose runc debootstrap)" >&2
+    echo "missing: ${packages[*]}; install them (Debian: apt-get install ${packages[*]})" >&2
     exit 1
   fi
-  step "installing podman podman-compose runc debootstrap"
+  step "installing ${packages[*]}"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman podman-compose runc debootstrap >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
+  # podman itself may have come just now, on CNI and without the plugin
+  if needs_dnsname; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$DNSNAME_PACKAGE" >/dev/null
+  fi
 }
 
 debian_mirror() {
@@ -173,6 +189,9 @@ dry_run() {
   else
     echo "  missing: ${missing[*]}; install them (Debian: apt-get install podman podman-compose runc debootstrap)" >&2
     feasible=1
+  fi
+  if needs_dnsname; then
+    echo "  container DNS: would install $DNSNAME_PACKAGE (Podman on CNI resolves service names only with it)"
   fi
   if [ $REBUILD = 0 ] && command -v podman >/dev/null && podman image exists "$PYTHON_BASE"; then
     echo "  $PYTHON_BASE: exists, kept"

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 
 from bench.containers.clients import Ledger
-from bench.containers.stack import Stack, answers, podman, wait_for
+from bench.containers.stack import Stack, answers, podman, wait_for, watch
 
 
 @dataclass
@@ -19,6 +20,13 @@ class Action:
     recovery: str = ""
     detail: str = ""
     window_end: float = 0.0
+    # When what was killed or restarted answered again (PostgreSQL, RabbitMQ: the harness could
+    # connect; a kill: the kill itself); Baton cannot recover before that.
+    back_at: float = 0.0
+    # Seconds from `back_at`: "schedulers" (every scheduler running and heartbeating again),
+    # "first_event" (the first event confirmed after the action became a task).
+    timings: dict[str, float] = field(default_factory=dict)
+    load: float = field(default_factory=lambda: os.getloadavg()[0])  # the machine's, when the action began
 
 
 class Chaos:
@@ -31,14 +39,31 @@ class Chaos:
         self.actions: list[Action] = []
         self.failover_seconds: list[float] = []
 
+    def first_event_to_task(self, action: Action, since: float) -> None:
+        """Seconds from `action.back_at` until the first event confirmed after `since` had its task
+        (the task's creation time, not when this look saw it)."""
+
+        def created() -> float | None:
+            with self.ledger.lock:
+                published = dict(self.ledger.published)
+            with suppress(psycopg.Error):
+                return self.stack.first_task_of_events_after(published, since)
+            return None
+
+        if wait_for(lambda: created() is not None, 120, interval=0.2) < float("inf"):
+            action.timings["first_event"] = (created() or 0.0) - action.back_at
+
     def kill_api(self, container: str, down_for: float = 3.0) -> None:
         action = Action(f"`podman kill` API replica {container.rsplit('_', 1)[1]}", time.time())
         podman("kill", container)
         time.sleep(down_for)
         self.stack.start(container)
-        wait_for(lambda: answers(f"{self.stack.api[container]}/health"), 120)
+        action.back_at = time.time()  # `podman start` returned: its process runs again
+        serving = wait_for(lambda: answers(f"{self.stack.api[container]}/health"), 120, interval=0.05)
+        action.timings["serving"] = serving
         action.recovery = (
-            f"down {down_for:.0f} s, then `podman start`: serving again {time.time() - action.at:.1f} s after the kill"
+            f"down {down_for:.0f} s, then `podman start`: serving again {time.time() - action.at:.1f} s after the "
+            f"kill, {serving:.1f} s after `podman start` returned"
         )
         self.actions.append(action)
 
@@ -56,28 +81,23 @@ class Chaos:
             current = self.stack.leader()
             return current is not None and current[0] != holder and current[1].timestamp() > action.at
 
+        action.back_at = action.at
         failover = wait_for(new_leader, 120, "no director took over within 120 s", interval=0.05)
         self.failover_seconds.append(failover)
         new_host = self.stack.leader()[0].rsplit(":", 1)[0]  # type: ignore[index]
         expected = len(self.stack.query("SELECT id FROM schedulers"))
-
-        def schedulers_moved() -> bool:
-            rows = self.stack.query(
-                "SELECT count(*) FROM schedulers WHERE state = 'running' AND split_part(location, ':', 1) = %s"
-                " AND heartbeat_at > to_timestamp(%s)",
-                new_host,
-                action.at,
-            )
-            return bool(rows[0][0] >= expected)
-
-        moved = wait_for(schedulers_moved, 120)
+        running = {"schedulers": lambda: self.stack.heartbeating(action.at, new_host) >= expected}
+        moved = watch(running, action.at, 120)["schedulers"]  # from the kill
+        action.timings["schedulers"] = moved
+        self.first_event_to_task(action, action.at)
         if container in self.stack.api:
             time.sleep(max(0.0, down_for - (time.time() - action.at)))
         self.stack.start(container)  # back as a standby (or as an API replica again)
         if container in self.stack.api:
             wait_for(lambda: answers(f"{self.stack.api[container]}/health"), 120)
         action.recovery = (
-            f"new leader after {failover:.2f} s; all {expected} schedulers running in its container after {moved:.1f} s"
+            f"new leader after {failover:.2f} s; all {expected} schedulers running in its container "
+            f"{moved:.1f} s after the kill"
         )
         self.actions.append(action)
 
@@ -93,7 +113,9 @@ class Chaos:
                 time.time(),
             )
             try:
-                podman("exec", container, "python", "-c", f"import os; os.kill({int(pid)}, 9)")
+                # The shell's builtin: a Python interpreter would take a second or more to start on
+                # busy cores, all of it counted as the scheduler's recovery.
+                podman("exec", container, "sh", "-c", f"kill -9 {int(pid)}")
                 break
             except RuntimeError as exc:
                 if "No such process" not in str(exc) or attempt == attempts - 1:
@@ -105,6 +127,8 @@ class Chaos:
             return bool(rows and rows[0][0] != location and rows[0][1] == "running")
 
         back = wait_for(restarted, 120)
+        action.back_at = action.at
+        action.timings["schedulers"] = back
         action.recovery = f"restarted by the director, running again after {back:.1f} s"
         self.actions.append(action)
 
@@ -118,36 +142,32 @@ class Chaos:
             with self.ledger.lock:
                 return any(t > restarted for t in self.ledger.pop_ok)
 
-        first_pop = wait_for(pops_again, 120)
-
         def leading_again() -> bool:
             with suppress(psycopg.Error):
                 current = self.stack.leader()
                 return (
                     current is not None
                     and self.stack.query(
-                        "SELECT renewed_at > to_timestamp(%s) FROM leaders WHERE role = 'director'", restarted
+                        "SELECT renewed_at > to_timestamp(%s) FROM leaders WHERE role = 'director'", action.back_at
                     )[0][0]
                 )
             return False
 
-        leads = wait_for(leading_again, 120)
-        expected = len(self.stack.query("SELECT id FROM schedulers"))
-
         def schedulers_back() -> bool:
             with suppress(psycopg.Error):
-                rows = self.stack.query(
-                    "SELECT count(*) FROM schedulers WHERE state = 'running' AND heartbeat_at > to_timestamp(%s)",
-                    restarted,
-                )
-                return bool(rows[0][0] >= expected)
+                return self.stack.heartbeating(action.back_at) >= expected
             return False
 
-        back = wait_for(schedulers_back, 120)
+        action.back_at = restarted + wait_for(self.stack.postgres_answers, 120, interval=0.05)
+        expected = len(self.stack.query("SELECT id FROM schedulers"))
+        seen = watch({"pops": pops_again, "leads": leading_again, "schedulers": schedulers_back}, action.back_at, 120)
+        action.timings["schedulers"] = seen["schedulers"]
+        self.first_event_to_task(action, restarted)
         action.recovery = (
-            f"restart took {restarted - action.at:.1f} s; first successful pop {first_pop:.1f} s after it; "
-            f"a director leads (renews) again after {leads:.1f} s; "
-            f"all {expected} schedulers heartbeating after {back:.1f} s"
+            f"restart took {restarted - action.at:.1f} s, PostgreSQL answered {action.back_at - restarted:.1f} s "
+            f"after it; from then: first successful pop after {seen['pops']:.1f} s, "
+            f"a director leads (renews) again after {seen['leads']:.1f} s, "
+            f"all {expected} schedulers heartbeating after {seen['schedulers']:.1f} s"
         )
         self.actions.append(action)
 
@@ -156,19 +176,11 @@ class Chaos:
         action = Action("`podman restart` RabbitMQ", time.time())
         podman("restart", "-t", "10", container)
         restarted = time.time()
-
-        def consumed_again() -> bool:
-            """An event published after the restart has its task: publisher and consumers are back."""
-            with self.ledger.lock:
-                after = [key for (org, key), at in self.ledger.published.items() if at > restarted]
-            if not after:
-                return False
-            rows = self.stack.query("SELECT count(*) FROM tasks WHERE data->>'input_ooi' = ANY(%s)", after)
-            return bool(rows[0][0])
-
-        back = wait_for(consumed_again, 120, interval=0.2)
+        action.back_at = restarted + wait_for(self.stack.rabbitmq_answers, 120, interval=0.05)
+        self.first_event_to_task(action, restarted)
+        first = action.timings.get("first_event", float("inf")) + action.back_at - restarted
         action.recovery = (
-            f"restart took {restarted - action.at:.1f} s; the first event published after it became a task "
-            f"{back:.1f} s after it"
+            f"restart took {restarted - action.at:.1f} s, RabbitMQ took connections {action.back_at - restarted:.1f} s "
+            f"after it; the first event published after the restart became a task {first:.1f} s after the restart"
         )
         self.actions.append(action)

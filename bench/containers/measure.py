@@ -11,6 +11,8 @@ from bench.containers.chaos import Action
 from bench.containers.clients import EventPublisher, Ledger
 from bench.containers.stack import Stack, wait_for
 
+NEXT_ACTION_MARGIN_SECONDS = 2.0
+
 
 def longest_gap(times: list[float], start: float, end: float) -> float:
     """The longest stretch inside [start, end] without a successful pop answer."""
@@ -86,6 +88,10 @@ def action_costs(
         errors = sum(1 for t, _ in ledger.errors if action.at <= t < until)
         publishes = [seconds for started, seconds in ledger.publish_seconds if action.at - 1 <= started < until]
         delays = [latencies[e] for e, at in ledger.published.items() if action.at - 1 <= at < until and e in latencies]
+        back = action.back_at or action.at
+        # Events confirmed just before the next action may have been delayed by it: left out.
+        settled = until - NEXT_ACTION_MARGIN_SECONDS if following else until
+        once_back = [latencies[e] for e, at in ledger.published.items() if back <= at < settled and e in latencies]
         rows.append(
             {
                 "what": action.what,
@@ -95,6 +101,10 @@ def action_costs(
                 "no_pop_seconds": longest_gap(ledger.pop_ok, action.at, until),
                 "slowest_publish": max(publishes, default=0.0),
                 "slowest_event_to_task": max(delays, default=float("nan")),
+                "back_after": back - action.at,
+                "timings": dict(action.timings),
+                "load": action.load,
+                "slowest_once_back": max(once_back, default=float("nan")),
             }
         )
     return rows

@@ -3,6 +3,7 @@ same on the image's default SQLite."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -85,6 +86,7 @@ def run_split(
     orgs = [f"org{n}" for n in range(organisations)]
     report: dict[str, Any] = {"organisations": organisations, "clients": clients}
     started = time.time()
+    load_at_start = os.getloadavg()[0]
     with running(stack, keep):
         log("split: compose up (postgres, rabbitmq, 3 api, 2 directors)")
         stack.up("api")
@@ -126,6 +128,7 @@ def run_split(
         report["failover_seconds"] = chaos.failover_seconds
         report["baseline_latency"] = baseline_latency(ledger, event_latencies(stack, ledger), chaos.actions)
         report["events_per_second"] = rate
+        report["load"] = (load_at_start, os.getloadavg()[0])
     report["seconds"] = time.time() - started
     return report
 
@@ -194,7 +197,7 @@ def run_sqlite(log_dir: Path, *, organisations: int, events_per_org: int, keep: 
             with httpx.Client(
                 base_url=stack.api[name], headers={"Authorization": f"Bearer {tokens[name]}"}, timeout=10
             ) as http:
-                known = sorted(org["id"] for org in http.get("/organisations").json())
+                known = sorted(org["id"] for org in http.get("/organisations", params={"limit": 1000}).json())
                 queued = http.get("/tasks", params={"type": "boefje", "limit": 1}).json()["count"]
                 popped = len(http.post("/schedulers/boefje/pop", params={"limit": 1000}).json()["results"])
                 other = next(org for org in orgs if org not in known) if len(known) < len(orgs) else None

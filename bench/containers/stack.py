@@ -82,21 +82,21 @@ class Stack:
         self.compose("up", "-d", "--no-build", "postgres", "rabbitmq")
         self.database_url = f"postgresql://baton:baton@{published(self.container('postgres', 1), 5432)}/baton"
         self.amqp_url = f"amqp://baton:baton@{published(self.container('rabbitmq', 1), 5672)}/%2F"
-        wait_for(self._postgres_up, 120, "PostgreSQL did not start")
-        wait_for(self._rabbitmq_up, 180, "RabbitMQ did not start")
+        wait_for(self.postgres_answers, 120, "PostgreSQL did not start")
+        wait_for(self.rabbitmq_answers, 180, "RabbitMQ did not start")
         self.compose("up", "-d", "--no-build")
         for name in self.containers(api_service):
             self.api[name] = "http://" + published(name, 8000)
         for name, url in self.api.items():
             wait_for(partial(answers, f"{url}/health"), 180, f"{name} did not answer /health")
 
-    def _postgres_up(self) -> bool:
+    def postgres_answers(self) -> bool:
         with suppress(psycopg.Error), psycopg.connect(self.database_url, connect_timeout=2) as conn:
             conn.execute("SELECT 1")
             return True
         return False
 
-    def _rabbitmq_up(self) -> bool:
+    def rabbitmq_answers(self) -> bool:
         import pika
 
         with suppress(Exception):
@@ -153,6 +153,30 @@ class Stack:
             for name in self.containers(service)
         }
 
+    def heartbeating(self, since: float, host: str | None = None) -> int:
+        """Schedulers running whose heartbeat came after `since` (epoch seconds), in `host`'s container
+        if given. A scheduler's heartbeat is the later of its row's and its lease holder's last renewal
+        (one `lease_holders` row per process renews every lease it holds: storage/scheduler_leases.py)."""
+        in_host = "" if host is None else " AND split_part(s.location, ':', 1) = %s"
+        rows = self.query(
+            "SELECT count(*) FROM schedulers AS s WHERE s.state = 'running' AND greatest(s.heartbeat_at,"
+            " (SELECT h.renewed_at FROM lease_holders AS h WHERE h.owner = s.owner)) > to_timestamp(%s)" + in_host,
+            since,
+            *([] if host is None else [host]),
+        )
+        return int(rows[0][0])
+
+    def first_task_of_events_after(self, published: dict[tuple[str, str], float], since: float) -> float | None:
+        """When (epoch seconds, the database's clock: the host's) the first task was created for an
+        event confirmed after `since`; None while there is none."""
+        after = [key for (_org, key), at in published.items() if at > since]
+        if not after:
+            return None
+        rows = self.query(
+            "SELECT min(extract(epoch from created_at)) FROM tasks WHERE data->>'input_ooi' = ANY(%s)", after
+        )
+        return None if rows[0][0] is None else float(rows[0][0])
+
     def leader(self) -> tuple[str, datetime] | None:
         rows = self.query("SELECT holder, acquired_at FROM leaders WHERE role = 'director'")
         return (str(rows[0][0]), rows[0][1]) if rows else None
@@ -185,6 +209,22 @@ def wait_for(condition: Callable[[], bool], timeout: float, error: str | None = 
     if error:
         raise RuntimeError(error)
     return float("inf")
+
+
+def watch(
+    conditions: dict[str, Callable[[], bool]], since: float, timeout: float, interval: float = 0.1
+) -> dict[str, float]:
+    """Poll every condition not yet seen to hold, each round; per name, the seconds from `since`
+    (epoch) to the round that first saw it hold (inf if none did within `timeout`). Watched together,
+    no condition's time includes waiting for another."""
+    seen: dict[str, float] = {}
+    deadline = time.time() + timeout
+    while len(seen) < len(conditions) and time.time() < deadline:
+        for name, condition in conditions.items():
+            if name not in seen and condition():
+                seen[name] = time.time() - since
+        time.sleep(interval)
+    return {name: seen.get(name, float("inf")) for name in conditions}
 
 
 @contextmanager

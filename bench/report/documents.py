@@ -14,8 +14,10 @@ from bench.report.estate import section_estate
 from bench.report.fairness import section_fairness, section_organisations
 from bench.report.formatting import num, shown, table
 from bench.report.leases import replication_leases_markdown, section_leases
+from bench.report.listings import section_listings
 from bench.report.plots import plot_fairness, plot_overview
 from bench.report.profiles import section_profile
+from bench.report.rescans import section_rescans
 from bench.report.retention import section_retention
 from bench.report.schedulers import section_director, section_workers
 from bench.report.targets import RETIRED, Verdict, invalid_reason, verdicts
@@ -50,6 +52,8 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "profile": section_profile,
     "estate": section_estate,
     "capacity": section_capacity,
+    "listings": section_listings,
+    "rescans": section_rescans,
 }
 
 

@@ -176,6 +176,31 @@ TARGETS = [
         "#33",
         "estate.targets.idle_cpu_s_per_min",
     ),
+    Target(
+        "listings p99, 10,000 / 10 organisations (worst of first, last page and searches)",
+        "listings.worst_p99_ratio",
+        2.0,
+        "<=",
+        "times",
+        "#33",
+        "listings.targets.p99_ratio",
+    ),
+    Target(
+        "rescans: due schedules → tasks per second / raw INSERT of the same tasks",
+        "rescans.ratios.tasks_to_raw_insert",
+        0.25,
+        ">=",
+        "percent",
+        "#30",
+    ),
+    Target(
+        "rescans: KATalogus + Octopoes calls per 1,000 schedules",
+        "rescans.ratios.calls_per_1000",
+        300.0,
+        "<=",
+        "count",
+        "#30",
+    ),
 ]
 
 

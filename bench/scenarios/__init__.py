@@ -25,6 +25,8 @@ NAMES = (
     "leases",
     "estate",
     "capacity",
+    "listings",
+    "rescans",
 )
 
 

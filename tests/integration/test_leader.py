@@ -248,6 +248,35 @@ def test_on_postgresql_a_dead_holder_is_replaced_at_once_not_after_its_lease(pg_
         second.release()
 
 
+def test_on_postgresql_a_standby_director_replaces_a_dead_leader_long_before_its_retry_period(
+    pg_store: Store,
+) -> None:
+    """A standby director on a database lease asks for the lead every STANDBY_RETRY_SECONDS, not every
+    retry period: when the leader's connection dies (its container killed), the standby leads within
+    moments. Here the retry period is a minute: asking only at that pace, it would still be waiting."""
+    slow = {"retry_period_seconds": 60.0, "renew_deadline_seconds": 90.0, "lease_seconds": 120.0}
+    settings = fast_settings(pg_store.url, **slow)
+
+    def director(holder: str) -> Director:
+        context = SchedulerContext(store=pg_store, settings=settings, runner="thread", location=holder)
+        elector = DatabaseLeaseLeader(pg_store, holder, settings.leases)
+        return Director(pg_store, settings, ThreadRunner(context), elector, holder)
+
+    leader, standby = director("a:1"), director("b:2")
+    try:
+        assert leader.step() is not None
+        standby.start_in_background()
+        assert wait_until(lambda: standby._said_following, 10)  # its first attempt found the lead taken
+        assert standby.next_attempt_in() < settings.leases.retry_period_seconds
+        kill_lock_connection(pg_store)
+        assert wait_until(lambda: standby.is_leader, 10)  # the lease itself runs for two more minutes
+        assert standby.term == 2
+        assert standby.next_attempt_in() == settings.leases.retry_period_seconds  # leading: renews at its pace
+    finally:
+        standby.stop()
+        leader.stop()
+
+
 def test_get_schedulers_shows_owner_term_lease_and_the_leader(client: TestClient, store: Store) -> None:
     add_organisation(store, "acme")
     leader = DatabaseLeaseLeader(store, "host-a:12", LEASES)

@@ -18,7 +18,7 @@ from baton.core.model import SchedulerState, TaskStatus, utcnow
 from baton.core.settings import Settings
 from baton.service.metrics import Metrics
 from baton.service.queues import QueueService
-from baton.service.status import BrokerProbe, RateSampler, StatusService, TaskFilter
+from baton.service.status import BrokerProbe, PageRequest, RateSampler, StatusService, TaskFilter
 from baton.service.tokens import Scope, create_token
 from baton.storage import scheduler_leases
 from baton.storage import workers as worker_rows
@@ -98,17 +98,31 @@ def test_overview_counts_come_from_the_counters(client: TestClient, store: Store
     by_type = {row["name"]: row for row in overview["by_type"]}
     assert by_type["boefje"]["queued"] == 3 and by_type["boefje"]["full_queues"] == 1
     assert by_type["report"]["failed_last_hour"] == 2 and by_type["report"]["oldest_queued_seconds"] is None
-    # Most queued work first.
-    assert [org["organisation"] for org in overview["organisations"]] == ["acme", "beta"]
+    assert [org["organisation"] for org in overview["organisations"]] == ["acme", "beta"]  # by id
     acme = {queue["type"]: queue for queue in overview["organisations"][0]["queues"]}
     assert acme["boefje"]["full"] and acme["boefje"]["oldest_queued_at"] is not None
     assert not acme["normalizer"]["full"] and acme["normalizer"]["oldest_queued_at"] is None
     assert overview["rates"]["scope"].startswith("this API process")
 
+    estate = overview["estate"]
+    assert estate["organisations"] == 2 and estate["schedulers"] == 6 and estate["by_state"] == {"stopped": 6}
+    assert estate["queued"] == 3 and estate["in_flight"] == 1 and estate["stale"] == 0
+
     finish(store, popped[0]["id"])
-    second_page = client.get("/ui/api/overview", params={"offset": 1, "limit": 1}).json()
+    first_page = client.get("/ui/api/overview", params={"limit": 1}).json()
+    assert [org["organisation"] for org in first_page["organisations"]] == ["acme"]
+    assert first_page["previous_cursor"] is None
+    second_page = client.get("/ui/api/overview", params={"limit": 1, "after": first_page["next_cursor"]}).json()
     assert [org["organisation"] for org in second_page["organisations"]] == ["beta"]
     assert second_page["organisations_total"] == 2 and second_page["total"]["in_flight"] == 0
+    assert second_page["next_cursor"] is None
+    back = client.get("/ui/api/overview", params={"limit": 1, "before": second_page["previous_cursor"]}).json()
+    assert [org["organisation"] for org in back["organisations"]] == ["acme"] and back["previous_cursor"] is None
+    assert [
+        org["organisation"] for org in client.get("/ui/api/overview", params={"q": "be"}).json()["organisations"]
+    ] == ["beta"]
+    refused = client.get("/ui/api/overview", params={"after": "nonsense"})
+    assert refused.status_code == 422 and refused.json()["message"].startswith("after: ")
 
     fragment = client.get("/ui/fragments/overview").text
     assert 'data-queue="boefje-acme"' in fragment and 'data-flag="full"' in fragment
@@ -163,8 +177,10 @@ def test_a_scheduler_whose_heartbeat_stopped_is_flagged_stale(store: Store) -> N
     settings = Settings(database_url=store.url, heartbeat_timeout_seconds=30)
     with TestClient(create_app(settings, store)) as client:
         page = client.get("/ui/api/schedulers").json()
-        assert page["problems"] == 1 and page["total"] == 3
-        first = page["schedulers"][0]  # problems first
+        assert page["problems"] == 1 and page["estate"]["schedulers"] == 3 and page["estate"]["stale"] == 1
+        assert page["estate"]["by_state"] == {"running": 1, "failed": 1, "stopped": 1}
+        assert [row["id"] for row in page["schedulers"]] == ["boefje-acme", "normalizer-acme", "report-acme"]
+        first = page["schedulers"][1]
         assert first["id"] == "normalizer-acme" and first["stale"] and first["state"] == "failed"
         assert first["reported_state"] == "running" and first["heartbeat_age_seconds"] >= 60
         assert first["pod"] == "baton-normalizer-acme" and first["pid"] == 7
@@ -211,10 +227,14 @@ def test_workers_and_leases_are_shown(store: Store) -> None:
     plane = status.control_plane(None)
     assert plane.workers is not None and [row["id"] for row in plane.workers.rows] == ["pod-x:1#ab"]
     assert [(owner.owner, owner.schedulers) for owner in plane.lease_owners or []] == [(None, 1), ("pod-x:1#ab", 2)]
-    page = status.schedulers()
-    lease = {row.id: row.lease for row in page.schedulers}
-    assert lease["boefje-acme"]["owner"] == "pod-x:1#ab" and lease["boefje-acme"]["term"] == 1
-    assert lease["report-acme"]["owner"] is None
+    page = status.schedulers(PageRequest("schedulers"))
+    lease = {row.id: row for row in page.schedulers}
+    assert lease["boefje-acme"].owner == "pod-x:1#ab" and lease["boefje-acme"].term == 1
+    assert lease["boefje-acme"].lease_expires_in_seconds is not None
+    assert 0 < lease["boefje-acme"].lease_expires_in_seconds <= 15
+    assert lease["report-acme"].owner is None and lease["report-acme"].lease_expires_at is None
+    fragment = render("schedulers.html", view=page, params={})
+    assert "Lease holder" in fragment and "lease_expires_at" not in fragment and "expires in " in fragment
 
 
 def test_rabbitmq_dead_letters_and_consumers(amqp_url: str, store: Store) -> None:

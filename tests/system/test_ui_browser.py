@@ -16,14 +16,19 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import update
 
+from baton.core.model import utcnow
 from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
+from baton.storage.tables import Scheduler
+from harness.factories import add_organisations
 from harness.waiting import free_port, wait_until
 
 CHROMIUM = os.environ.get("BATON_CHROMIUM", "/usr/bin/chromium")
@@ -184,7 +189,11 @@ def test_every_view_live_in_a_browser(tmp_path: Path) -> None:
                     page.click('nav a[data-nav="schedulers"]')
                     expect(page.locator("tr[data-scheduler]")).to_have_count(6)
                     row = page.locator('tr[data-scheduler="boefje-globex"]')
-                    expect(row.locator("td").nth(4)).to_have_text(str(victim_pid))
+                    expect(row.locator('[data-field="runs-on"]')).to_contain_text(f"pid {victim_pid}")
+                    expect(row.locator('[data-field="lease"]')).to_contain_text("expires in")
+                    headings = page.locator("table.schedulers thead th").all_inner_texts()
+                    assert "Lease holder" in headings and not {"owner", "term", "lease_expires_at"} & set(headings)
+                    assert fits_the_width(page)
                     expect(row).not_to_have_class(re.compile(r"\bstale\b"))
                     os.kill(victim_pid, signal.SIGKILL)
                     expect(row).to_have_class(re.compile(r"\bstale\b"), timeout=20_000)
@@ -200,6 +209,7 @@ def test_every_view_live_in_a_browser(tmp_path: Path) -> None:
                     expect(page.locator('[data-broker="off"]')).to_contain_text("RabbitMQ not configured")
                     expect(page.locator('[data-workers="none"]')).to_be_visible()
                     expect(page.locator('table[data-table="lease-owners"]')).to_be_visible()
+                    assert fits_the_width(page)
                     screenshot(page, tmp_path, "control-plane")
 
                     # Tasks: filter, cancel one from the page; open a failed one, requeue it, reprioritise it.
@@ -226,6 +236,7 @@ def test_every_view_live_in_a_browser(tmp_path: Path) -> None:
                     detail.locator('form[data-action="priority"] button').click()
                     expect(detail.locator('[data-field="priority"]')).to_have_text("0")
                     assert api.get(f"/tasks/{failed}").json()["priority"] == 0
+                    assert fits_the_width(page)
                     screenshot(page, tmp_path, "tasks")
 
                     # Back to the overview, with a little traffic for the rate charts.
@@ -234,12 +245,99 @@ def test_every_view_live_in_a_browser(tmp_path: Path) -> None:
                         push(api, "report-globex", 200 + index)
                     page.click('nav a[data-nav="overview"]')
                     expect(page.locator('[data-queue="report-globex"] [data-field="queued"]')).to_have_text("3")
+                    expect(page.locator('[data-estate="running"]')).to_have_text("5")  # one was killed: stale
+                    assert fits_the_width(page)
                     screenshot(page, tmp_path, "overview")
                     assert page.context.cookies() == []
                     assert watched.problems == []
                 except Exception:
                     screenshot(page, tmp_path, "failure")
                     raise
+
+
+def fits_the_width(page: Any) -> bool:
+    """No sideways scroll: the document is no wider than the window."""
+    return bool(page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth"))
+
+
+def first_shown(page: Any, selector: str, attribute: str) -> str:
+    value: str = page.locator(selector).first.get_attribute(attribute)
+    return value
+
+
+def test_ten_thousand_organisations_page_by_page_at_1280_pixels(tmp_path: Path) -> None:
+    """Issue #32/#33: with 10,000 organisations (30,000 schedulers) each view shows a page, pages
+    forwards and back, finds organisations by the search box, and fits 1280 px without sideways
+    scroll, long lease holders included."""
+    sync_api = require_browser()
+    expect = sync_api.expect
+    env = env_for(tmp_path, BATON_HEARTBEAT_TIMEOUT_SECONDS="3600")
+    store = Store(env["BATON_DATABASE_URL"])
+    store.migrate()
+    add_organisations(store, [f"org-{n:05d}" for n in range(10_000)])
+    holder = "worker-on-a-host-with-a-rather-long-name.cluster.example.internal:4194304#0123456789abcdef"
+    with store.session() as session:
+        session.execute(
+            update(Scheduler)
+            .where(Scheduler.organisation.in_(["org-00000", "org-00001"]))
+            .values(
+                owner=holder,
+                term=12,
+                written_lease_expires_at=utcnow() + timedelta(minutes=5),
+                written_heartbeat_at=utcnow(),
+                state="running",
+                runner="thread",
+                location="worker-on-a-host-with-a-rather-long-name.cluster.example.internal:4194304",
+            )
+        )
+    store.dispose()
+    with serve(env, tmp_path / "serve.log") as base, chromium(sync_api) as browser:
+        watched = Watched(browser.new_page(viewport={"width": 1280, "height": 900}), base)
+        page = watched.page
+        organisations = "tbody[data-organisation]"
+        try:
+            page.goto(f"{base}/ui")
+            expect(page.locator('[data-estate="organisations"]')).to_have_text("10000")
+            expect(page.locator('[data-estate="running"]')).to_have_text("6")
+            expect(page.locator(organisations)).to_have_count(50)
+            assert first_shown(page, organisations, "data-organisation") == "org-00000"
+            assert fits_the_width(page)
+            page.click('[data-pager="overview"] a[data-page="next"]')
+            expect(page.locator(organisations).first).to_have_attribute("data-organisation", "org-00050")
+            page.click('[data-pager="overview"] a[data-page="next"]')
+            expect(page.locator(organisations).first).to_have_attribute("data-organisation", "org-00100")
+            page.click('[data-pager="overview"] a[data-page="previous"]')
+            expect(page.locator(organisations).first).to_have_attribute("data-organisation", "org-00050")
+            page.fill('form[data-filters="overview"] input[name="q"]', "org-0999")
+            page.press('form[data-filters="overview"] input[name="q"]', "Enter")
+            expect(page.locator(organisations)).to_have_count(10)
+            expect(page.locator(organisations).first).to_have_attribute("data-organisation", "org-09990")
+            expect(page.locator('[data-pager="overview"]')).to_have_count(0)  # one page: no pager
+
+            page.click('nav a[data-nav="schedulers"]')
+            rows = page.locator("tr[data-scheduler]")
+            expect(rows).to_have_count(50)
+            assert first_shown(page, "tr[data-scheduler]", "data-scheduler") == "boefje-org-00000"
+            expect(page.locator('tr[data-scheduler="boefje-org-00000"] [data-field="owner"]')).to_have_text(holder)
+            expect(page.locator('tr[data-scheduler="boefje-org-00000"] [data-field="term"]')).to_have_text("12")
+            expect(page.locator('tr[data-scheduler="boefje-org-00000"] [data-field="lease"]')).to_contain_text(
+                "expires in 4 min"
+            )
+            assert fits_the_width(page)
+            screenshot(page, tmp_path, "schedulers-estate")
+            page.click('[data-pager="schedulers"] a[data-page="next"]')
+            expect(rows.first).to_have_attribute("data-scheduler", "report-org-00016")
+            page.click('[data-pager="schedulers"] a[data-page="previous"]')
+            expect(rows.first).to_have_attribute("data-scheduler", "boefje-org-00000")
+            page.fill('form[data-filters="schedulers"] input[name="q"]', "org-04242")
+            page.press('form[data-filters="schedulers"] input[name="q"]', "Enter")
+            expect(rows).to_have_count(3)
+            expect(rows.first).to_have_attribute("data-scheduler", "boefje-org-04242")
+            assert fits_the_width(page)
+            assert watched.problems == []
+        except Exception:
+            screenshot(page, tmp_path, "failure")
+            raise
 
 
 def test_tokens_in_a_browser(tmp_path: Path) -> None:

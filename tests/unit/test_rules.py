@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from baton.core.backoff import Backoff
+from baton.core.backoff import RECONNECT, Backoff, fresh
 from baton.core.errors import InvalidTransitionError
 from baton.core.heartbeat import is_overdue, is_stale, live_state
 from baton.core.lifecycle import check_transition, may_precede
@@ -45,6 +45,13 @@ def test_a_beat_is_overdue_after_its_timeout_or_when_there_is_none() -> None:
     assert not is_overdue(now - timedelta(seconds=30), now, 30)  # exactly the timeout: still on time
     assert is_overdue(now - timedelta(seconds=30, milliseconds=1), now, 30)
     assert is_overdue(None, now, 30)
+
+
+def test_broker_reconnects_are_never_more_than_a_second_apart() -> None:
+    """A consumer is back within a second of a restarted broker taking connections, however long the
+    broker was away (the container run measures it: docs/replication-containers.md)."""
+    backoff = fresh(RECONNECT)
+    assert max(backoff.next() for _ in range(50)) <= 1.0
 
 
 def test_backoff_doubles_to_its_cap_and_resets() -> None:

@@ -150,6 +150,8 @@ async def push_one(scheduler: str, body: CompatPushIn, queues: QueuesDep) -> Res
         result = await push_creating_organisation(queues, request, body.organisation)
     except DuplicateTaskError:
         return duplicate_answer()
+    if kind is SchedulerType.BOEFJE:
+        await queues.keep_schedule(request, result.task)
     return json_response(openkat_task_document(result.task), status.HTTP_201_CREATED)
 
 

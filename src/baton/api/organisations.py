@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import Response, status
+from fastapi import Request, Response, status
 
 from baton.api import routing, security
 from baton.api.deps import Responses, SettingsDep, StoreDep
+from baton.api.keyset import DEFAULT_LIMIT, Cursor, Limit, PrefixSearch, link_next, page_request
 from baton.api.schemas import ErrorOut, OrganisationIn, OrganisationOut, OrganisationPatch
 from baton.service import organisations
 
@@ -27,8 +28,19 @@ def create(body: OrganisationIn, store: StoreDep, settings: SettingsDep) -> Orga
 
 
 @router.get("", dependencies=[security.READ])
-def list_all(store: StoreDep) -> list[OrganisationOut]:
-    return [OrganisationOut.model_validate(org) for org in organisations.list_organisations(store)]
+def list_all(
+    request: Request,
+    response: Response,
+    store: StoreDep,
+    limit: Limit = DEFAULT_LIMIT,
+    cursor: Cursor = None,
+    q: PrefixSearch = None,
+) -> list[OrganisationOut]:
+    """Organisations by id, a page at a time: the next page's address is in the `Link` header
+    (`rel="next"`, none on the last page). `q`: only ids starting with it."""
+    page = organisations.organisations_page(store, page_request("organisations", limit, cursor, q=q))
+    link_next(request, response, page.next_cursor)
+    return [OrganisationOut.model_validate(org) for org in page.rows]
 
 
 @router.get("/{org_id}", responses=UNKNOWN, dependencies=[security.READ])

@@ -12,6 +12,7 @@ from fastapi import Body, Request, Response, status
 
 from baton.api import routing, security
 from baton.api.deps import QueuesDep, Responses
+from baton.api.keyset import DEFAULT_LIMIT, Cursor, Limit, OrganisationSearch, PrefixSearch, link_next, page_request
 from baton.api.longpoll import TOO_MANY_WAITERS, Wait, pop_for
 from baton.api.responses import json_response, task_document
 from baton.api.schemas import ErrorOut, PopIn, PushIn, QueueOut, TaskOut, filter_tree
@@ -25,9 +26,22 @@ UNKNOWN_QUEUE: Responses = {404: {"model": ErrorOut, "description": "Unknown que
 
 
 @router.get("", dependencies=[security.READ])
-def list_queues(queues: QueuesDep) -> list[QueueOut]:
-    """Every queue with its size (queued) and tasks in flight, from counters kept by the database."""
-    return [QueueOut.model_validate(view) for view in queues.list_queues()]
+def list_queues(
+    request: Request,
+    response: Response,
+    queues: QueuesDep,
+    limit: Limit = DEFAULT_LIMIT,
+    cursor: Cursor = None,
+    organisation: OrganisationSearch = None,
+    q: PrefixSearch = None,
+) -> list[QueueOut]:
+    """Queues with their size (queued) and tasks in flight, from counters kept by the database; by
+    organisation, then id, a page at a time: the next page's address is in the `Link` header
+    (`rel="next"`, none on the last page). `organisation`: one organisation's; `q`: those of the
+    organisations whose id starts with it."""
+    page = queues.queues_page(page_request("queues", limit, cursor, organisation, q))
+    link_next(request, response, page.next_cursor)
+    return [QueueOut.model_validate(view) for view in page.rows]
 
 
 @router.get("/{queue_id}", responses=UNKNOWN_QUEUE, dependencies=[security.READ])

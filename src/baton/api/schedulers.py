@@ -3,8 +3,11 @@ lease) and under which leadership; enabling and disabling one. The views: servic
 
 from __future__ import annotations
 
+from fastapi import Request, Response
+
 from baton.api import routing, security
 from baton.api.deps import Responses, SettingsDep, StoreDep
+from baton.api.keyset import DEFAULT_LIMIT, Cursor, Limit, OrganisationSearch, PrefixSearch, link_next, page_request
 from baton.api.schemas import ErrorOut, LeaderOut, SchedulerOut, SchedulerPatch
 from baton.core.model import SchedulerType
 from baton.service import schedulers
@@ -40,9 +43,23 @@ def scheduler_out(view: SchedulerView) -> SchedulerOut:
 
 
 @router.get("", dependencies=[security.READ])
-def list_all(store: StoreDep, settings: SettingsDep) -> list[SchedulerOut]:
-    views = schedulers.list_schedulers(store, settings.timing.heartbeat_timeout_seconds)
-    return [scheduler_out(view) for view in views]
+def list_all(
+    request: Request,
+    response: Response,
+    store: StoreDep,
+    settings: SettingsDep,
+    limit: Limit = DEFAULT_LIMIT,
+    cursor: Cursor = None,
+    organisation: OrganisationSearch = None,
+    q: PrefixSearch = None,
+) -> list[SchedulerOut]:
+    """Schedulers by organisation, then id, a page at a time: the next page's address is in the `Link`
+    header (`rel="next"`, none on the last page). `organisation`: one organisation's; `q`: those of
+    the organisations whose id starts with it."""
+    wanted = page_request("schedulers", limit, cursor, organisation, q)
+    page = schedulers.schedulers_page(store, wanted, settings.timing.heartbeat_timeout_seconds)
+    link_next(request, response, page.next_cursor)
+    return [scheduler_out(view) for view in page.rows]
 
 
 @router.get("/{scheduler_id}", responses=UNKNOWN_SCHEDULER, dependencies=[security.READ])

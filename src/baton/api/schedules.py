@@ -40,6 +40,9 @@ class ScheduleOut(BaseModel):
     deadline_at: datetime | None
     created_at: datetime
     modified_at: datetime
+    last_run_at: datetime | None = None
+    disabled_reason: str | None = None  # why the rescans disabled it (None: enabled, or disabled by hand)
+    disabled_detail: str | None = None
 
 
 class ScheduleList(BaseModel):

@@ -26,10 +26,11 @@ class Backoff:
         return self._current != 0.0
 
 
-# Reconnecting to a broker: quick first retries, at most 2 s apart, so consumers are back within a
-# few seconds of a restarted broker taking connections (at 15 s apart, as before, a broker back after
-# 9 s was found 16 s after its restart).
-RECONNECT = Backoff(initial=0.5, maximum=2.0)
+# Reconnecting to a broker: quick first retries, at most 1 s apart (as the database pools reconnect),
+# so consumers are back within a second of a restarted broker taking connections. At 15 s apart a
+# broker back after 9 s was found 16 s after its restart; at 2 s apart, 2 s after it took connections
+# again (docs/replication-containers.md). An attempt at a broker that is down is a refused connection.
+RECONNECT = Backoff(initial=0.5, maximum=1.0)
 # Restarting a scheduler that died: 1 s, doubling to 5 s (a crashing one restarts every 5 s; one that
 # died with a database outage is back within seconds of it, not half a minute).
 RESTART = Backoff(initial=1.0, maximum=5.0)

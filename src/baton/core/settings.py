@@ -178,9 +178,9 @@ class RecoverySettings(BaseSettings):
     task_retention_days: int = Field(
         30,
         ge=0,
-        description="Completed, failed and cancelled tasks (and consumed inbox events) are deleted this many days after their "
-        "last change, in "
-        "small batches beside the pops and pushes; 0 keeps every task. Schedules and the record of when each "
+        description="Completed, failed and cancelled tasks (and consumed inbox events) are deleted this many "
+        "days after their last change, in small batches beside the pops and pushes; 0 keeps every task. "
+        "Schedules and the record of when each "
         "boefje last ran on an object (rescans, the grace period) are kept.",
     )
 
@@ -208,6 +208,12 @@ class OpenKatSettings(BaseSettings):
     )
     rescan_jitter_seconds: float = Field(
         5 * 3600.0, ge=0, description="Random extra delay, up to this, added to each rescan's grace period."
+    )
+    deduplicate: bool = Field(
+        True,
+        description="Deduplication as mula (also BOEFJES_DEDUPLICATE; on in OpenKAT's .env-defaults): a boefje task "
+        "gets twins for the organisations KATalogus reports with the same boefje settings that hold the object, and a "
+        "boefje pop of more than one task hands out the tasks sharing the first one's deduplication_key together.",
     )
     openkat_timeout_seconds: float = Field(
         10.0, gt=0, description="Timeout of one request to KATalogus, Octopoes or Bytes (mula: 10 s)."
@@ -255,6 +261,7 @@ OPENKAT_SERVICE_NAMES = {
     "bytes_url": "BYTES_API",
     "bytes_username": "BYTES_USERNAME",
     "bytes_password": "BYTES_PASSWORD",
+    "deduplicate": "BOEFJES_DEDUPLICATE",
 }
 
 

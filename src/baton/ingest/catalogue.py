@@ -56,6 +56,10 @@ class PluginCatalogue(Protocol):
         """The plugin if it is enabled for the organisation (None: unknown or disabled)."""
         ...
 
+    def enabled_boefjes(self, session: Session, organisation: str) -> list[Plugin]:
+        """Every boefje enabled for the organisation (the rescans check a page of schedules against it)."""
+        ...
+
 
 class DatabaseCatalogue:
     def boefjes_for(self, session: Session, organisation: str, object_type: str, scan_level: int) -> list[Plugin]:
@@ -73,6 +77,9 @@ class DatabaseCatalogue:
 
     def enabled_plugin(self, session: Session, organisation: str, plugin_id: str) -> Plugin | None:
         return plugin_enabled_for(session, organisation, plugin_id, by_setting_only=False)
+
+    def enabled_boefjes(self, session: Session, organisation: str) -> list[Plugin]:
+        return enabled_plugins(session, organisation, "boefje")
 
 
 class BatchCatalogue:
@@ -100,6 +107,9 @@ class BatchCatalogue:
 
     def enabled_plugin(self, session: Session, organisation: str, plugin_id: str) -> Plugin | None:
         return self.catalogue.enabled_plugin(session, organisation, plugin_id)
+
+    def enabled_boefjes(self, session: Session, organisation: str) -> list[Plugin]:
+        return self.catalogue.enabled_boefjes(session, organisation)
 
 
 def load_catalogue_file(path: Path) -> list[PluginSpec]:

@@ -165,3 +165,6 @@ class KatalogusCatalogue:
 
     def enabled_plugin(self, session: Session, organisation: str, plugin_id: str) -> Plugin | None:
         return plugin_enabled_for(session, organisation, plugin_id, by_setting_only=True)
+
+    def enabled_boefjes(self, session: Session, organisation: str) -> list[Plugin]:
+        return plugins_enabled_by_setting(session, organisation, "boefje")

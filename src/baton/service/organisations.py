@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+from baton.core.listing import Page, PageRequest, cut_page
+from baton.storage import listings
 from baton.storage import organisations as rows
 from baton.storage.engine import Store
 from baton.storage.tables import Organisation as Organisation
@@ -19,9 +19,11 @@ def create_organisation(
         return rows.create_organisation(session, org_id, name, maxsize, weight=weight, max_in_flight=max_in_flight)
 
 
-def list_organisations(store: Store) -> Sequence[Organisation]:
+def organisations_page(store: Store, request: PageRequest) -> Page[Organisation]:
+    """A keyset page of organisations by id (`core.listing`)."""
     with store.session() as session:
-        return rows.list_organisations(session)
+        found = list(listings.organisations_page(session, request))
+    return cut_page(request, found, lambda org: (org.id,))
 
 
 def get_organisation(store: Store, org_id: str) -> Organisation:

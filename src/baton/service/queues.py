@@ -28,15 +28,21 @@ import orjson
 
 from baton.core.errors import BatonError, NotFoundError, PayloadTooLargeError
 from baton.core.filters import FilterTree
+from baton.core.jobs import BoefjeJob, job_document, job_hash
+from baton.core.listing import Page, PageRequest, cut_page
 from baton.core.model import SchedulerType, TaskStatus, utcnow
 from baton.core.queueing import PopTarget, PushRequest, PushResult
+from baton.core.rescans import first_rescan
 from baton.core.settings import Settings
+from baton.service.deduplicated_pop import DeduplicatedPop
 from baton.service.metrics import Metrics
+from baton.storage import listings
 from baton.storage import queues as queue_rows
 from baton.storage.engine import Session, Store
 from baton.storage.executors import QueueExecutor
 from baton.storage.organisations import adopt_organisation
-from baton.storage.scheduler_rows import get_scheduler, list_schedulers
+from baton.storage.rescans import KeptSchedule, keep_pushed_schedule, plugin_timing
+from baton.storage.scheduler_rows import get_scheduler
 from baton.storage.tasks import RECORD_COLUMNS, find_task
 from baton.storage.wakeups import Wakeups, wakeups_for
 
@@ -55,21 +61,25 @@ class QueueView:
     enabled: bool
 
 
-def queue_views(session: Session) -> list[QueueView]:
-    """Every queue with its counts, from the trigger-kept counters (no scan of the tasks)."""
-    counts = queue_rows.queue_counts(session)
+def queue_views_of(session: Session, organisations: Sequence[str]) -> list[QueueView]:
+    """The queues of the given organisations with their counts, from the trigger-kept counters."""
+    rows = listings.schedulers_of(session, organisations)
+    counts = listings.counts_of(session, [row.id for row in rows])
     return [
-        QueueView(
-            id=row.id,
-            organisation=row.organisation,
-            type=row.type,
-            size=counts.get(row.id, (0, 0))[0],
-            in_flight=counts.get(row.id, (0, 0))[1],
-            maxsize=row.maxsize,
-            enabled=row.enabled,
-        )
-        for row in list_schedulers(session)
+        QueueView(row.id, row.organisation, row.type, *counts.get(row.id, (0, 0)), row.maxsize, row.enabled)
+        for row in rows
     ]
+
+
+def queues_page(session: Session, request: PageRequest) -> Page[QueueView]:
+    """A keyset page of queues with their counts: the counters of the page's queues only."""
+    page = cut_page(request, list(listings.schedulers_page(session, request)), lambda row: (row.organisation, row.id))
+    counts = listings.counts_of(session, [row.id for row in page.rows])
+    views = [
+        QueueView(row.id, row.organisation, row.type, *counts.get(row.id, (0, 0)), row.maxsize, row.enabled)
+        for row in page.rows
+    ]
+    return Page(views, page.next_cursor)
 
 
 def check_data_size(data: object, limit: int) -> None:
@@ -194,6 +204,7 @@ class QueueService:
         self.store = store
         self.settings = settings
         self.executor = executor
+        self.deduplicated = DeduplicatedPop(executor, settings.openkat.deduplicate)
         self.metrics = metrics
         self._caps_known_at = float("-inf")
         self._caps = False
@@ -231,7 +242,7 @@ class QueueService:
         started = time.perf_counter()
         caps = target.type is not None and await self._caps_in_use()
         now = utcnow()
-        tasks = await self.executor.pop(target, limit=limit, now=now, tree=tree, caps=caps)
+        tasks = await self.deduplicated.pop(target, limit=limit, now=now, tree=tree, caps=caps)  # mula's groups
         self.metrics.pop_latency.observe(time.perf_counter() - started)
         if not tasks and target.queue is not None and not await self.executor.queue_exists(target.queue):
             raise NotFoundError(f"queue '{target.queue}' not found")
@@ -292,6 +303,24 @@ class QueueService:
             self._queued_here(request.queue)
         return result
 
+    async def keep_schedule(self, request: PushRequest, task: dict[str, Any]) -> None:
+        """A boefje task pushed from outside (rocky's manual run) gets its rescan schedule, as every boefje
+        task Baton plans does (mula's post_push): refreshed when the (boefje, object) has one already."""
+        try:
+            job = BoefjeJob.model_validate(request.data)
+        except ValueError:
+            return  # not OpenKAT's boefje job: nothing to rescan
+
+        def work() -> None:
+            now = utcnow()
+            with self.store.session() as session:
+                cron, interval = plugin_timing(session, job.boefje.id)
+                deadline = first_rescan(self.settings, now, cron, interval)
+                kept = KeptSchedule(job.organization, job_hash(job), job_document(job), deadline, cron)
+                keep_pushed_schedule(session, kept, uuid.UUID(str(task["id"])), now)
+
+        await asyncio.to_thread(work)
+
     async def change_status(self, task_id: uuid.UUID, status: TaskStatus) -> dict[str, Any]:
         task = await self.executor.change_status(task_id, status, utcnow())
         if status is TaskStatus.QUEUED and self.waiters.count:
@@ -327,9 +356,10 @@ class QueueService:
         return await asyncio.to_thread(work)
 
     # -- reading queues ----------------------------------------------------------------------------
-    def list_queues(self) -> list[QueueView]:
+    def queues_page(self, request: PageRequest) -> Page[QueueView]:
+        """A keyset page of queues by (organisation, id) (`core.listing`), counts from the counters."""
         with self.store.session() as session:
-            return queue_views(session)
+            return queues_page(session, request)
 
     def get_queue(self, queue_id: str) -> QueueView:
         with self.store.session() as session:

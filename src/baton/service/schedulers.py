@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from baton.core.heartbeat import live_state
+from baton.core.listing import Page, PageRequest, cut_page
 from baton.core.model import SchedulerState, utcnow
+from baton.storage import listings
 from baton.storage import scheduler_rows as rows
 from baton.storage.engine import Session, Store
 from baton.storage.leadership import Leadership as Leadership
@@ -33,10 +35,12 @@ def _view(session: Session, row: Scheduler, heartbeat_timeout: float) -> Schedul
     return scheduler_view(row, heartbeat_timeout, leadership(session))
 
 
-def list_schedulers(store: Store, heartbeat_timeout: float) -> list[SchedulerView]:
+def schedulers_page(store: Store, request: PageRequest, heartbeat_timeout: float) -> Page[SchedulerView]:
+    """A keyset page of schedulers by (organisation, id) (`core.listing`)."""
     with store.session() as session:
         leader = leadership(session)
-        return [scheduler_view(row, heartbeat_timeout, leader) for row in rows.list_schedulers(session)]
+        found = [scheduler_view(row, heartbeat_timeout, leader) for row in listings.schedulers_page(session, request)]
+    return cut_page(request, found, lambda view: (view.row.organisation, view.row.id))
 
 
 def get_scheduler(store: Store, scheduler_id: str, heartbeat_timeout: float) -> SchedulerView:

@@ -68,3 +68,17 @@ def claim_boefje_runs(
         else:
             claims.append(first[pair])
     return claims
+
+
+def record_boefje_run(session: Session, organisation: str, boefje_id: str, object_key: str, now: datetime) -> None:
+    """Record that (boefje, object) was queued now whatever its last run (a person's manual run)."""
+    if len(boefje_id) > 128 or len(object_key) > 512:
+        return  # beyond the table's keys: such a pair is never planned either
+    session.execute(
+        insert_for(session)(BoefjeRun)
+        .values(organisation=organisation, boefje_id=boefje_id, object_key=object_key, queued_at=now)
+        .on_conflict_do_update(
+            index_elements=[BoefjeRun.organisation, BoefjeRun.boefje_id, BoefjeRun.object_key],
+            set_={"queued_at": now},
+        )
+    )

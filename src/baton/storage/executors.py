@@ -35,7 +35,7 @@ from sqlalchemy.exc import OperationalError
 from baton.core.filters import FilterTree
 from baton.core.model import TaskStatus
 from baton.core.queueing import PopTarget, PushRequest, PushResult
-from baton.storage import queues, statements
+from baton.storage import deduplication, queues, statements
 from baton.storage.engine import Store
 from baton.storage.errors import translated
 from baton.storage.filters import compile_tree
@@ -57,6 +57,10 @@ RECONNECT_SECONDS = 1.0
 
 class QueueExecutor(Protocol):
     async def pop(
+        self, target: PopTarget, *, limit: int, now: datetime, tree: FilterTree | None = None, caps: bool = False
+    ) -> list[dict[str, Any]]: ...
+
+    async def pop_together(
         self, target: PopTarget, *, limit: int, now: datetime, tree: FilterTree | None = None, caps: bool = False
     ) -> list[dict[str, Any]]: ...
 
@@ -96,6 +100,16 @@ class ThreadExecutor:
         condition = compile_tree(tree, self.store.dialect) if tree is not None else None
         return await self._transaction(
             lambda conn: queues.pop(conn, target, limit=limit, now=now, condition=condition, caps=caps, raw_data=True)
+        )
+
+    async def pop_together(
+        self, target: PopTarget, *, limit: int, now: datetime, tree: FilterTree | None = None, caps: bool = False
+    ) -> list[dict[str, Any]]:
+        """A boefje pop that hands out a deduplication group together, in one statement (deduplication.py)."""
+        return await self._transaction(
+            lambda conn: deduplication.pop_together(
+                conn, target, limit=limit, now=now, tree=tree, caps=caps, raw_data=True
+            )
         )
 
     async def push(self, request: PushRequest, now: datetime) -> PushResult:
@@ -188,6 +202,9 @@ def _compiled(statement_key: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
     if kind == "pop":
         _, by_queue, fair, caps = statement_key
         statement: Any = statements.plain_pop(by_queue, fair, "postgresql", caps, raw_data=True)
+    elif kind == "together":
+        _, by_queue, fair, caps = statement_key
+        statement = deduplication.plain_together(by_queue, fair, "postgresql", caps, raw_data=True)
     elif kind == "push":
         statement = statements.push_postgresql(statement_key[1], raw_data=True)
     elif kind == "queue_exists":
@@ -274,6 +291,16 @@ class PostgresExecutor:
             # tasks once for all its pops and could overshoot `max_in_flight`.
             return await claim(limit)
         return await self.batcher.pop(target, limit, claim)
+
+    async def pop_together(
+        self, target: PopTarget, *, limit: int, now: datetime, tree: FilterTree | None = None, caps: bool = False
+    ) -> list[dict[str, Any]]:
+        """One statement on the pool, as the pop (not grouped with other pops: each has its own head)."""
+        if tree is not None:
+            return await self._fallback.pop_together(target, limit=limit, now=now, tree=tree, caps=caps)
+        params = {"queue_": target.queue, "type_": target.type, "limit_": limit, "now_": now}
+        rows = await self._fetch(("together", target.queue is not None, target.fair, caps), params)
+        return queues.sort_popped(rows, target)
 
     async def push(self, request: PushRequest, now: datetime) -> PushResult:
         params = push_params(request, now, data=orjson.dumps(request.data).decode())

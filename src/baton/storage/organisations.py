@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from sqlalchemy import delete, select
+from sqlalchemy import delete
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -41,10 +39,6 @@ def create_organisation(
     except IntegrityError as exc:  # a concurrent create of the same id won the race
         raise ConflictError(f"organisation '{org_id}' already exists") from exc
     return org
-
-
-def list_organisations(session: Session) -> Sequence[Organisation]:
-    return session.scalars(select(Organisation).order_by(Organisation.id)).all()
 
 
 def get_organisation(session: Session, org_id: str) -> Organisation:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import select
@@ -24,13 +23,6 @@ def set_enabled(session: Session, scheduler_id: str, enabled: bool) -> Scheduler
     row = get_scheduler(session, scheduler_id)
     row.enabled = enabled
     return row
-
-
-def list_schedulers(session: Session, organisation: str | None = None) -> Sequence[Scheduler]:
-    query = select(Scheduler).order_by(Scheduler.id)
-    if organisation is not None:
-        query = query.where(Scheduler.organisation == organisation)
-    return session.scalars(query).all()
 
 
 def all_specs(session: Session) -> set[SchedulerSpec]:

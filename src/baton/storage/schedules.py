@@ -116,6 +116,8 @@ def update_schedule(session: Session, schedule_id: uuid.UUID, changes: Mapping[s
     row = get_schedule(session, schedule_id)
     for key, value in changes.items():
         setattr(row, key, value)
+    if "enabled" in changes:  # a person decided: the rescans' reason no longer holds
+        row.disabled_reason = row.disabled_detail = None
     row.modified_at = utcnow()
     try:
         session.flush()

@@ -1,11 +1,13 @@
 """What the database has beyond this release's tables, found by reflection: extra columns of
-`schedulers` (scheduler leases: owner, term, lease ...) and a `workers` table. The status page shows
-them as they are, and reports missing ones as missing instead of failing."""
+`schedulers` (a newer release's) and a `workers` table. The status page shows them as they are, and
+reports missing ones as missing instead of failing. The lease columns (owner, term, lease expiry)
+are this release's own: the status page shows them in words (`service/status/scheduler_views.py`)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,10 +20,8 @@ from baton.storage.engine import Store
 from baton.storage.tables import Scheduler
 
 SCHEMA_SECONDS = 30.0  # how long a reflected schema is trusted
-# Columns of `schedulers` shown in their own cells; the lease columns (owner, term, lease expiry) and
-# any column a newer release adds are shown as they are, under "lease".
-LEASE_COLUMNS = frozenset({"owner", "term", "lease_expires_at"})
-KNOWN_SCHEDULER_COLUMNS = frozenset(column.name for column in Scheduler.__table__.columns) - LEASE_COLUMNS
+# Columns of `schedulers` this release models; any other (a newer release's) is shown as it is.
+KNOWN_SCHEDULER_COLUMNS = frozenset(column.name for column in Scheduler.__table__.columns)
 
 
 @dataclass(frozen=True)
@@ -53,12 +53,12 @@ class ReflectedSchema:
     schedulers: Table | None  # reflected, when it has extra columns
     workers: Table | None
 
-    def lease_columns(self, session: Session) -> dict[str, dict[str, Any]]:
-        """Each scheduler's extra columns by id ({} without any)."""
-        if self.schedulers is None:
+    def extra_columns(self, session: Session, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The extra columns of the schedulers `ids` (a page of them) by id ({} without any)."""
+        if self.schedulers is None or not ids:
             return {}
         table, extras = self.schedulers, self.scheduler_extras
-        rows = session.execute(select(table.c.id, *(table.c[name] for name in extras)))
+        rows = session.execute(select(table.c.id, *(table.c[name] for name in extras)).where(table.c.id.in_(list(ids))))
         return {row.id: {name: plain(getattr(row, name)) for name in extras} for row in rows}
 
     def workers_snapshot(self, session: Session, limit: int) -> TableSnapshot | None:
@@ -76,11 +76,9 @@ class ReflectedSchema:
             truncated=len(rows) > limit,
         )
 
-    def lease_owners(self, session: Session) -> list[tuple[str | None, int]] | None:
-        """(owner, schedulers) per lease owner; None: `schedulers` has no `owner` column."""
-        if self.schedulers is None or "owner" not in self.scheduler_extras:
-            return None
-        owner = self.schedulers.c["owner"]
+    def lease_owners(self, session: Session) -> list[tuple[str | None, int]]:
+        """(owner, schedulers) per lease owner: one aggregate statement."""
+        owner = Scheduler.owner
         rows = session.execute(select(owner, func.count()).group_by(owner))
         return [(None if value is None else str(value), int(count)) for value, count in rows]
 

@@ -33,6 +33,7 @@ tags run on from the head one step per task, is not affected.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any, Literal
@@ -98,7 +99,7 @@ def task_columns(raw_data: bool = False) -> list[Any]:
 # -- pop ---------------------------------------------------------------------------------------------
 
 
-def _capped_queues() -> Select[Any]:
+def capped_queues() -> Select[Any]:
     """Queues of the type whose organisation has `max_in_flight` tasks out already."""
     return (
         select(QueueCounter.scheduler_id)
@@ -123,18 +124,35 @@ def pop(
     Parameters: `:queue_` or `:type_`, `:limit_`, `:now_`. `caps`: skip queues at their organisation's
     `max_in_flight` (only worth its cost when some organisation has a cap).
     """
-    candidates = select(Task.seq).where(IS_QUEUED)
+    return claim(pop_candidates(target, condition=condition, caps=caps), dialect, raw_data)
+
+
+def pop_candidates(
+    target: PopTarget, *, condition: ColumnElement[bool] | None = None, caps: bool = False, columns: Sequence[Any] = ()
+) -> Select[Any]:
+    """The pop's locking SELECT of `seq` (and `columns`): up to `:limit_` queued tasks, best first."""
+    candidates = select(Task.seq, *columns).where(IS_QUEUED)
     if target.queue is not None:
-        candidates = candidates.where(Task.scheduler_id == bindparam("queue_")).order_by(Task.priority, Task.seq)
+        candidates = candidates.where(Task.scheduler_id == bindparam("queue_")).order_by(*pop_order(target))
     else:
         candidates = candidates.where(Task.type == bindparam("type_"))
         if caps:
-            candidates = candidates.where(Task.scheduler_id.not_in(_capped_queues()))
-        order = (Task.priority, Task.fair_key, Task.seq) if target.fair else (Task.priority, Task.seq)
-        candidates = candidates.order_by(*order)
+            candidates = candidates.where(Task.scheduler_id.not_in(capped_queues()))
+        candidates = candidates.order_by(*pop_order(target))
     if condition is not None:
         candidates = candidates.where(condition)
-    candidates = candidates.limit(bindparam("limit_")).with_for_update(skip_locked=True)
+    return candidates.limit(bindparam("limit_")).with_for_update(skip_locked=True)
+
+
+def pop_order(target: PopTarget) -> tuple[Any, ...]:
+    """Hand-out order: by priority, then the fair tag (a fair pop across organisations), then age."""
+    if target.type is not None and target.fair:
+        return (Task.priority, Task.fair_key, Task.seq)
+    return (Task.priority, Task.seq)
+
+
+def claim(candidates: Select[Any], dialect: Dialect, raw_data: bool = False) -> Update:
+    """Dispatch the tasks `candidates` (a locking SELECT of `seq`) chooses; parameter `:now_`."""
     if dialect == "postgresql":
         # A materialised CTE runs the locking SELECT exactly once; as an `IN (subquery)` the planner
         # may re-run it per outer row and dispatch more than `limit` tasks (a test caught that).

@@ -400,6 +400,9 @@ class Schedule(Base):
     last_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     modified_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Why the rescans disabled it (core/rescans.py's reasons; None: enabled, or disabled by hand).
+    disabled_reason: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    disabled_detail: Mapped[str | None] = mapped_column(String(512), nullable=True)
 
     __table_args__ = (
         Index("ix_schedules_due", "scheduler_id", "organisation", "deadline_at"),

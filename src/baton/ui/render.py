@@ -35,6 +35,13 @@ def age(seconds: float | None) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
+def expiry(seconds: float | None) -> str:
+    """A lease's end relative to now: "expires in 12 s", "expired 3 min ago"; an em dash for none."""
+    if seconds is None:
+        return "—"
+    return f"expires in {age(seconds)}" if seconds >= 0 else f"expired {age(-seconds)} ago"
+
+
 def when(moment: datetime | None) -> str:
     return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -74,7 +81,7 @@ environment = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-environment.filters.update(age=age, when=when, rate=rate, pretty=pretty)
+environment.filters.update(age=age, expiry=expiry, when=when, rate=rate, pretty=pretty)
 environment.globals.update(points=points, link=link, chart_width=CHART_WIDTH, chart_height=CHART_HEIGHT)
 
 

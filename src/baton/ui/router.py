@@ -19,11 +19,13 @@ from enum import Enum
 from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Body, FastAPI, HTTPException, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from baton import __version__
+from baton.core.listing import CURSOR_PATTERN, MAX_CURSOR_LENGTH, SEARCH_PATTERN, InvalidListingError, Listing
 from baton.core.model import OrganisationId, SchedulerType, TaskStatus
 from baton.core.settings import Settings
 from baton.ingest.events import NOT_A_STRING
@@ -31,6 +33,7 @@ from baton.service.status import (
     BrokerProbe,
     ControlPlane,
     Overview,
+    PageRequest,
     SchedulerPage,
     StatusService,
     TaskDetail,
@@ -41,7 +44,6 @@ from baton.service.tokens import Scope, grants
 from baton.ui.render import load_static, render
 
 POLL_MILLISECONDS = 2000
-MAX_OFFSET = 2**31 - 1
 MAX_SEQ = 2**63 - 1
 TAGS: list[str | Enum] = ["status page"]
 # Served with every page and fragment: only this origin's own script, styles and requests.
@@ -148,11 +150,41 @@ def html(body: str, status_code: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status_code, headers=SECURITY_HEADERS)
 
 
-Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 Limit = Annotated[int, Query(ge=1, le=200)]
+After = Annotated[
+    str | None,
+    Query(max_length=MAX_CURSOR_LENGTH, description="Keyset cursor: a page's `next_cursor`."),
+]
+Until = Annotated[
+    str | None,
+    Query(
+        max_length=MAX_CURSOR_LENGTH,
+        pattern=CURSOR_PATTERN,
+        description="Keyset cursor: the page before, a `previous_cursor`.",
+    ),
+]
+OrganisationPrefix = Annotated[
+    str | None, Query(max_length=64, pattern=SEARCH_PATTERN, description="Organisations whose id starts with it.")
+]
 Before = Annotated[int | None, Query(ge=1, le=MAX_SEQ, description="Keyset cursor: tasks older than this seq.")]
 Search = Annotated[str | None, Query(min_length=1, max_length=256, description="A task id or a task hash.")]
 TaskId = Annotated[uuid.UUID, Path()]
+
+
+def page_request(
+    listing: Listing,
+    limit: int,
+    after: str | None,
+    before: str | None,
+    q: str | None,
+    organisation: str | None = None,
+) -> PageRequest:
+    """The checked page; a refused parameter answers 422 naming it (as the API's listings do)."""
+    try:
+        return PageRequest.of(listing, limit=limit, cursor=after, before=before, organisation=organisation, q=q)
+    except InvalidListingError as exc:
+        field = "after" if exc.field == "cursor" and after is not None else exc.field
+        raise RequestValidationError([{"loc": ("query", field), "msg": exc.reason, "type": "value_error"}]) from None
 
 
 def status_router(security: Security) -> APIRouter:
@@ -197,17 +229,32 @@ def status_router(security: Security) -> APIRouter:
         return (await identity(request)).session()
 
     @router.get("/api/overview", tags=TAGS, dependencies=[read])
-    def overview(request: Request, offset: Offset = 0, limit: Limit = 50) -> Overview:
-        """Per type and per organisation (most queued first, `offset`/`limit` over organisations):
-        queued and in flight from the counters, failed in the last hour, oldest queued task, full
-        queues; pop and push rates of this process over the last 15 minutes."""
-        return service(request).overview(offset, limit)
+    def overview(
+        request: Request, limit: Limit = 50, after: After = None, before: Until = None, q: OrganisationPrefix = None
+    ) -> Overview:
+        """The estate's counts (organisations, schedulers by state, queued and in flight) and totals
+        per type, by aggregate SQL; organisations by id a keyset page at a time (`next_cursor` is the
+        next page's `after`, `previous_cursor` the previous page's `before`; `q`: ids starting with
+        it), each with its queues: queued and in flight from the counters, failed in the last hour,
+        oldest queued task, full queues; pop and push rates of this process over the last 15 minutes."""
+        return service(request).overview(page_request("organisations", limit, after, before, q))
 
     @router.get("/api/schedulers", tags=TAGS, dependencies=[read])
-    def schedulers(request: Request, offset: Offset = 0, limit: Limit = 50, problems: bool = False) -> SchedulerPage:
-        """Every scheduler with where it runs and its state by the heartbeat rule; stale and failed
-        ones first (`problems=true`: only those)."""
-        return service(request).schedulers(offset, limit, problems)
+    def schedulers(
+        request: Request,
+        limit: Limit = 50,
+        after: After = None,
+        before: Until = None,
+        q: OrganisationPrefix = None,
+        organisation: Annotated[
+            str | None, Query(max_length=64, pattern=SEARCH_PATTERN, description="One organisation's.")
+        ] = None,
+        problems: bool = False,
+    ) -> SchedulerPage:
+        """Schedulers by organisation, then id, a keyset page at a time, with where each runs, its
+        state by the heartbeat rule and its lease; the estate's counts by state (`problems=true`:
+        only failed and stale ones)."""
+        return service(request).schedulers(page_request("schedulers", limit, after, before, q, organisation), problems)
 
     @router.get("/api/control-plane", tags=TAGS, dependencies=[read])
     def control_plane(request: Request) -> ControlPlane:
@@ -258,14 +305,27 @@ def status_router(security: Security) -> APIRouter:
     # -- the same data as HTML fragments, for the page ------------------------------------------------
 
     @router.get("/fragments/overview", include_in_schema=False, dependencies=[read])
-    def overview_fragment(request: Request, offset: Offset = 0, limit: Limit = 50) -> HTMLResponse:
-        return html(render("overview.html", view=service(request).overview(offset, limit)))
+    def overview_fragment(
+        request: Request, limit: Limit = 50, after: After = None, before: Until = None, q: OrganisationPrefix = None
+    ) -> HTMLResponse:
+        view = service(request).overview(page_request("organisations", limit, after, before, q))
+        return html(render("overview.html", view=view, params={"q": q, "limit": limit if limit != 50 else None}))
 
     @router.get("/fragments/schedulers", include_in_schema=False, dependencies=[read])
     def schedulers_fragment(
-        request: Request, offset: Offset = 0, limit: Limit = 50, problems: bool = False
+        request: Request,
+        limit: Limit = 50,
+        after: After = None,
+        before: Until = None,
+        q: OrganisationPrefix = None,
+        organisation: Annotated[str | None, Query(max_length=64, pattern=SEARCH_PATTERN)] = None,
+        problems: bool = False,
     ) -> HTMLResponse:
-        return html(render("schedulers.html", view=service(request).schedulers(offset, limit, problems)))
+        wanted = page_request("schedulers", limit, after, before, q, organisation)
+        view = service(request).schedulers(wanted, problems)
+        params = {"q": q, "organisation": organisation, "problems": 1 if problems else None}
+        params["limit"] = limit if limit != 50 else None
+        return html(render("schedulers.html", view=view, params=params))
 
     @router.get("/fragments/control-plane", include_in_schema=False, dependencies=[read])
     def control_plane_fragment(request: Request) -> HTMLResponse:

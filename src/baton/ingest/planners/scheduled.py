@@ -1,4 +1,5 @@
-"""Due schedules become tasks: the boefje and report schedulers fire theirs every tick."""
+"""Due report schedules become tasks: the report scheduler fires them every tick (boefje schedules are
+rescans.py's: checked before they become tasks)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """Read models for the status page (`/ui`), and the operator actions it offers (`baton.service.operator`).
 
 Every read costs the same whether `tasks` holds a thousand rows or ten million (see each module):
-- `overview.py`: queue statuses and their totals, per type and per organisation;
+- `overview.py`: totals per type, a keyset page of organisations with their queues;
+- `snapshot.py`: the estate's counts and totals by aggregate SQL, shared a while when the estate is large;
 - `rates.py`: pop and push rates, sampled from this process's counters;
-- `scheduler_views.py`: the schedulers by the heartbeat rule;
+- `scheduler_views.py`: a keyset page of schedulers by the heartbeat rule;
 - `control_plane.py`: leaders, workers, lease owners, RabbitMQ, KATalogus, Octopoes and Bytes;
 - `task_views.py`: keyset pages of tasks (one task: `baton.service.tasks.task_detail`).
 
@@ -16,26 +17,29 @@ from __future__ import annotations
 
 import uuid
 
+from baton.core.listing import PageRequest, cut_page
 from baton.core.model import utcnow
 from baton.core.settings import Settings
 from baton.core.task_queries import TaskFilter
 from baton.service.metrics import Metrics
 from baton.service.operator import OperatorActions
-from baton.service.queues import QueueService, queue_views
+from baton.service.queues import QueueService, queue_views_of
 from baton.service.status.control_plane import BrokerProbe, BrokerQueues, ControlPlane, read_control_plane
-from baton.service.status.overview import Overview, build_overview, queue_statuses
+from baton.service.status.overview import FAILED_WINDOW, Overview, organisation_rows, queue_statuses, sum_totals
 from baton.service.status.rates import RateSampler
 from baton.service.status.scheduler_views import SchedulerPage, scheduler_page
+from baton.service.status.snapshot import SnapshotCache, take_snapshot
 from baton.service.status.task_views import TaskPage, tasks_page
 from baton.service.tasks import TaskDetail, task_detail
 from baton.storage.engine import Store
-from baton.storage.scheduler_rows import list_schedulers
+from baton.storage.listings import organisations_page, problem_condition, schedulers_page
 from baton.storage.schema_probe import SchemaProbe
 
 __all__ = [
     "BrokerProbe",
     "ControlPlane",
     "Overview",
+    "PageRequest",
     "RateSampler",
     "SchedulerPage",
     "StatusService",
@@ -65,29 +69,47 @@ class StatusService:
         self.broker = broker
         self.operator = OperatorActions(store)
         self.outside = metrics.outside
+        timeout = settings.timing.heartbeat_timeout_seconds
+        self.snapshots = SnapshotCache(lambda: take_snapshot(store, timeout))
 
-    def overview(self, offset: int = 0, limit: int = 50) -> Overview:
+    def overview(self, request: PageRequest) -> Overview:
+        """The estate's snapshot (aggregate SQL, `snapshot.py`) and a keyset page of organisations."""
+        snapshot = self.snapshots.current()
         now = utcnow()
         with self.store.session() as session:
-            statuses, capped = queue_statuses(session, queue_views(session), now)
-        return build_overview(statuses, capped, self.rates.rates(), now, offset, min(limit, MAX_PAGE))
+            page = cut_page(request, list(organisations_page(session, request)), lambda org: (org.id,))
+            names = [org.id for org in page.rows]
+            statuses = queue_statuses(session, queue_views_of(session, names), snapshot.failed, now)
+        return Overview(
+            generated_at=now,
+            estate=snapshot.estate,
+            estate_taken_at=snapshot.taken_at,
+            total=sum_totals("all", snapshot.by_type),
+            by_type=snapshot.by_type,
+            organisations=organisation_rows(names, statuses),
+            organisations_total=snapshot.estate.organisations,
+            limit=request.limit,
+            q=request.prefix,
+            next_cursor=page.next_cursor,
+            previous_cursor=page.previous_cursor,
+            failed_window_seconds=FAILED_WINDOW.total_seconds(),
+            failed_capped=snapshot.failed_capped,
+            rates=self.rates.rates(),
+        )
 
-    def schedulers(self, offset: int = 0, limit: int = 50, problems_only: bool = False) -> SchedulerPage:
+    def schedulers(self, request: PageRequest, problems_only: bool = False) -> SchedulerPage:
+        """A keyset page of schedulers (`problems_only`: failed or stale ones) with the estate's counts."""
+        estate = self.snapshots.current().estate
         now = utcnow()
-        reflected = self.schema.current()
-        with self.store.session() as session:
-            rows = list_schedulers(session)
-            leases = reflected.lease_columns(session)
         timeout = self.settings.timing.heartbeat_timeout_seconds
+        reflected = self.schema.current()
+        problems = problem_condition(now, timeout) if problems_only else None
+        with self.store.session() as session:
+            rows = list(schedulers_page(session, request, problems))
+            page = cut_page(request, rows, lambda row: (row.organisation, row.id))
+            extras = reflected.extra_columns(session, [row.id for row in page.rows])
         return scheduler_page(
-            rows,
-            leases,
-            reflected.scheduler_extras,
-            now,
-            timeout,
-            offset=offset,
-            limit=min(limit, MAX_PAGE),
-            problems_only=problems_only,
+            page, extras, reflected.scheduler_extras, estate, request, now, timeout, problems_only=problems_only
         )
 
     def control_plane(self, broker_queues: BrokerQueues | None) -> ControlPlane:

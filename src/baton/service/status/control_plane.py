@@ -14,6 +14,7 @@ from typing import Any
 
 from baton import __version__
 from baton.core.identity import process_location
+from baton.core.listing import PageRequest
 from baton.core.logging import get_logger
 from baton.core.model import utcnow
 from baton.core.outside_services import OutsideServiceStatus
@@ -22,12 +23,15 @@ from baton.service.outside_services import OutsideServices
 from baton.service.status.overview import seconds_since
 from baton.storage.engine import Store
 from baton.storage.leadership import leaders
-from baton.storage.scheduler_rows import list_schedulers
+from baton.storage.listings import organisations_page
 from baton.storage.schema_probe import SchemaProbe, TableSnapshot
 
 log = get_logger("baton.status")
 
 TABLE_ROWS = 200  # rows shown of a table found by reflection (workers)
+# Organisations whose RabbitMQ queues are looked at: with the organisations' queue and three each,
+# one more than fits the probe's 100, so that it says when there are more.
+BROKER_ORGANISATIONS = 34
 # `broker_queues(organisations)`: the dead-letter queue and the queues to look at.
 BrokerQueues = Callable[[Sequence[str]], tuple[str, list[str]]]
 
@@ -171,7 +175,8 @@ def read_control_plane(
             )
             for row in leaders(session)
         ]
-        organisations = sorted({row.organisation for row in list_schedulers(session)})
+        first = PageRequest("organisations", limit=BROKER_ORGANISATIONS - 1)
+        organisations = [org.id for org in organisations_page(session, first)]
         workers = reflected.workers_snapshot(session, TABLE_ROWS)
         owners = reflected.lease_owners(session)
         outside_services = [] if outside is None else outside.read(session)
@@ -195,11 +200,9 @@ def read_control_plane(
         followers="not recorded: only the leading director writes to the database (table leaders)",
         workers=workers,
         workers_note=(
-            "table workers"
-            if workers is not None
-            else "no workers table in this database (this release has no baton worker)"
+            "table workers" if workers is not None else "no workers table in this database (it predates baton worker)"
         ),
-        lease_owners=None if owners is None else lease_owners(owners),
+        lease_owners=lease_owners(owners),
         broker=broker_status,
         outside_services=outside_services,
     )

@@ -1,9 +1,11 @@
-"""The status page's overview: every queue's counts and age, summed per type and per organisation.
+"""The status page's overview: the estate in counts (organisations, schedulers by state, queued and
+in-flight tasks), totals per type, and a keyset page of organisations with their queues.
 
-Every read costs the same whether `tasks` holds a thousand rows or ten million: queued and in-flight
-counts come from the trigger-kept counters (`baton.service.queues.queue_views`), failures of the last
-hour from a capped range scan and the oldest queued task from one index probe per queue
-(`storage/status_reads.py`), the rates from this process's counters (`rates.py`).
+Every read costs the same whether `tasks` holds a thousand rows or ten million, and the estate's
+counts and the totals are aggregate SQL, not a listing of every organisation: queued and in-flight
+counts come from the trigger-kept counters, failures of the last hour from a capped range scan and
+the oldest queued task from one index probe per non-empty queue (`storage/status_reads.py`,
+`storage/listings.py`), the rates from this process's counters (`rates.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from baton.core.model import SchedulerType
 from baton.service.queues import QueueView
 from baton.service.status.rates import Rates
 from baton.storage.engine import Session
-from baton.storage.status_reads import failed_since, oldest_queued
+from baton.storage.listings import EstateCounts
+from baton.storage.status_reads import oldest_queued, oldest_queued_by_type, type_totals
 
 FAILED_WINDOW = timedelta(hours=1)
 
@@ -78,21 +81,27 @@ class OrganisationStatus:
 @dataclass(frozen=True)
 class Overview:
     generated_at: datetime
+    estate: EstateCounts
+    estate_taken_at: datetime  # when the counts and totals were taken (`snapshot.py`)
     total: Totals
     by_type: list[Totals]
-    organisations: list[OrganisationStatus]
+    organisations: list[OrganisationStatus]  # a keyset page, by id
     organisations_total: int
-    offset: int
     limit: int
+    q: str | None
+    next_cursor: str | None
+    previous_cursor: str | None
     failed_window_seconds: float
     failed_capped: bool
     rates: Rates
 
 
-def queue_statuses(session: Session, views: Sequence[QueueView], now: datetime) -> tuple[list[QueueStatus], bool]:
-    failed, capped = failed_since(session, now - FAILED_WINDOW)
+def queue_statuses(
+    session: Session, views: Sequence[QueueView], failed: dict[str, int], now: datetime
+) -> list[QueueStatus]:
+    """The queues of a page with their age (one index probe per non-empty queue) and failures."""
     oldest = oldest_queued(session, [view.id for view in views if view.size > 0])
-    statuses = [
+    return [
         QueueStatus(
             id=view.id,
             organisation=view.organisation,
@@ -108,31 +117,43 @@ def queue_statuses(session: Session, views: Sequence[QueueView], now: datetime) 
         )
         for view in views
     ]
-    return statuses, capped
 
 
-def build_overview(
-    statuses: Sequence[QueueStatus], capped: bool, rates: Rates, now: datetime, offset: int, limit: int
-) -> Overview:
-    """Totals per type and per organisation; organisations with the most queued work first."""
-    by_organisation: dict[str, list[QueueStatus]] = {}
+def type_rows(session: Session, failed: dict[str, int], now: datetime) -> list[Totals]:
+    """Totals per type by aggregate SQL (`storage/status_reads.py`), not by listing the queues."""
+    totals = type_totals(session)
+    oldest = oldest_queued_by_type(session)
+    failed_by_type: dict[str, int] = {}
+    for queue_id, count in failed.items():
+        kind = queue_id.partition("-")[0]
+        failed_by_type[kind] = failed_by_type.get(kind, 0) + count
+    rows = []
+    for kind in SchedulerType:
+        queues, queued, in_flight, full = totals.get(kind.value, (0, 0, 0, 0))
+        age = seconds_since(oldest.get(kind.value), now)
+        rows.append(Totals(kind.value, queued, in_flight, failed_by_type.get(kind.value, 0), age, full, queues))
+    return rows
+
+
+def sum_totals(name: str, rows: Sequence[Totals]) -> Totals:
+    ages = [row.oldest_queued_seconds for row in rows if row.oldest_queued_seconds is not None]
+    return Totals(
+        name=name,
+        queued=sum(row.queued for row in rows),
+        in_flight=sum(row.in_flight for row in rows),
+        failed_last_hour=sum(row.failed_last_hour for row in rows),
+        oldest_queued_seconds=max(ages) if ages else None,
+        full_queues=sum(row.full_queues for row in rows),
+        queues=sum(row.queues for row in rows),
+    )
+
+
+def organisation_rows(organisations: Sequence[str], statuses: Sequence[QueueStatus]) -> list[OrganisationStatus]:
+    """The page's organisations in page order, each with its queues by type."""
+    by_organisation: dict[str, list[QueueStatus]] = {name: [] for name in organisations}
     for status in statuses:
         by_organisation.setdefault(status.organisation, []).append(status)
-    organisations = [
+    return [
         OrganisationStatus(name, Totals.of(name, queues), sorted(queues, key=lambda queue: queue.type))
         for name, queues in by_organisation.items()
     ]
-    organisations.sort(key=lambda org: (-org.totals.queued, -org.totals.in_flight, org.organisation))
-    by_type = [Totals.of(kind.value, (s for s in statuses if s.type == kind.value)) for kind in SchedulerType]
-    return Overview(
-        generated_at=now,
-        total=Totals.of("all", statuses),
-        by_type=by_type,
-        organisations=organisations[offset : offset + limit],
-        organisations_total=len(organisations),
-        offset=offset,
-        limit=limit,
-        failed_window_seconds=FAILED_WINDOW.total_seconds(),
-        failed_capped=capped,
-        rates=rates,
-    )

@@ -1,5 +1,7 @@
-"""The status page's view of the schedulers: where each runs and its state by the heartbeat rule
-(`baton.core.heartbeat`), with the lease columns a newer schema may add, shown as they are."""
+"""The status page's view of the schedulers: a keyset page of them (by organisation, then id;
+searchable by organisation), where each runs, its state by the heartbeat rule (`baton.core.heartbeat`)
+and who holds its lease until when; the estate's counts by aggregate SQL (`storage/listings.py`).
+Columns a newer schema adds are shown as they are."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from baton.core.heartbeat import is_stale, live_state
+from baton.core.listing import Page, PageRequest
 from baton.core.model import SchedulerState
 from baton.service.status.overview import seconds_since
+from baton.storage.listings import EstateCounts
 from baton.storage.tables import Scheduler
 
 
@@ -31,7 +35,11 @@ class SchedulerStatus:
     last_heartbeat: datetime | None
     heartbeat_age_seconds: float | None
     restarts: int | None
-    lease: dict[str, Any]
+    owner: str | None
+    term: int
+    lease_expires_at: datetime | None
+    lease_expires_in_seconds: float | None  # negative: expired that long ago
+    extra: dict[str, Any]  # columns a newer release added, as they are
 
     @property
     def problem(self) -> bool:
@@ -43,12 +51,15 @@ class SchedulerPage:
     generated_at: datetime
     heartbeat_timeout_seconds: float
     schedulers: list[SchedulerStatus]
-    total: int
-    problems: int
-    offset: int
+    estate: EstateCounts
+    problems: int  # in the whole estate: failed, stale ones included
     limit: int
+    organisation: str | None
+    q: str | None
     problems_only: bool
-    lease_columns: list[str]
+    next_cursor: str | None
+    previous_cursor: str | None
+    extra_columns: list[str]
 
 
 def split_location(location: str | None) -> tuple[str | None, int | None]:
@@ -61,9 +72,10 @@ def split_location(location: str | None) -> tuple[str | None, int | None]:
     return host, int(pid)
 
 
-def scheduler_status(row: Scheduler, now: datetime, timeout: float, lease: dict[str, Any]) -> SchedulerStatus:
+def scheduler_status(row: Scheduler, now: datetime, timeout: float, extra: dict[str, Any]) -> SchedulerStatus:
     reported = SchedulerState(row.state)
     host, pid = split_location(row.location)
+    expires = row.lease_expires_at
     return SchedulerStatus(
         id=row.id,
         organisation=row.organisation,
@@ -81,33 +93,40 @@ def scheduler_status(row: Scheduler, now: datetime, timeout: float, lease: dict[
         last_heartbeat=row.heartbeat_at,
         heartbeat_age_seconds=seconds_since(row.heartbeat_at, now),
         restarts=None,  # not recorded in the database by this release (the runner keeps it in memory)
-        lease=lease,
+        owner=row.owner,
+        term=int(row.term or 0),
+        lease_expires_at=expires,
+        lease_expires_in_seconds=None if expires is None else (expires - now).total_seconds(),
+        extra=extra,
     )
 
 
 def scheduler_page(
-    rows: Sequence[Scheduler],
-    leases: dict[str, dict[str, Any]],
-    lease_columns: list[str],
+    page: Page[Scheduler],
+    extras: dict[str, dict[str, Any]],
+    extra_columns: list[str],
+    estate: EstateCounts,
+    request: PageRequest,
     now: datetime,
     timeout: float,
     *,
-    offset: int,
-    limit: int,
     problems_only: bool,
 ) -> SchedulerPage:
-    """Stale and failed schedulers first (`problems_only`: only those), then by id."""
-    statuses = [scheduler_status(row, now, timeout, leases.get(row.id, {})) for row in rows]
-    problems = [status for status in statuses if status.problem]
-    shown = problems if problems_only else sorted(statuses, key=lambda s: (not s.problem, s.id))
+    """A page of schedulers as read (`storage.listings.schedulers_page`), with the estate's counts."""
+    statuses: Sequence[SchedulerStatus] = [
+        scheduler_status(row, now, timeout, extras.get(row.id, {})) for row in page.rows
+    ]
     return SchedulerPage(
         generated_at=now,
         heartbeat_timeout_seconds=timeout,
-        schedulers=shown[offset : offset + limit],
-        total=len(shown),
-        problems=len(problems),
-        offset=offset,
-        limit=limit,
+        schedulers=list(statuses),
+        estate=estate,
+        problems=estate.by_state.get(SchedulerState.FAILED.value, 0),
+        limit=request.limit,
+        organisation=request.organisation,
+        q=request.prefix,
         problems_only=problems_only,
-        lease_columns=lease_columns,
+        next_cursor=page.next_cursor,
+        previous_cursor=page.previous_cursor,
+        extra_columns=extra_columns,
     )

@@ -9,8 +9,8 @@ from datetime import datetime
 
 from baton.core.model import TaskStatus, utcnow
 from baton.core.task_queries import TaskFilter
-from baton.service.queues import queue_views
 from baton.storage.engine import Session
+from baton.storage.listings import queue_ids, queued_total
 from baton.storage.task_pages import TaskRow, task_page
 
 
@@ -27,16 +27,11 @@ class TaskPage:
 
 def tasks_page(session: Session, wanted: TaskFilter, before: int | None, limit: int) -> TaskPage:
     """Newest first, `limit` at a time, older than `before` (a `seq`)."""
-    queue_ids = [view.id for view in queue_views(session)] if wanted.q else []
-    rows = task_page(session, wanted, queue_ids, before, limit)
+    rows = task_page(session, wanted, queue_ids(session) if wanted.q else [], before, limit)
     known_total = None
     if wanted.status is TaskStatus.QUEUED and not wanted.q:
-        known_total = sum(
-            view.size
-            for view in queue_views(session)
-            if (wanted.organisation in (None, view.organisation))
-            and (wanted.type is None or view.type == wanted.type.value)
-        )
+        kind = wanted.type.value if wanted.type is not None else None
+        known_total = queued_total(session, wanted.organisation, kind)
     return TaskPage(
         filter=wanted,
         tasks=rows[:limit],

@@ -9,8 +9,11 @@
   const KEY = "baton.token";
   // Each view: its fragments (slot -> address built from the page's query, or null for none).
   const VIEWS = {
-    overview: { overview: (p) => "/ui/fragments/overview" + query(p, ["offset"]) },
-    schedulers: { schedulers: (p) => "/ui/fragments/schedulers" + query(p, ["offset", "problems"]) },
+    overview: { overview: (p) => "/ui/fragments/overview" + query(p, ["after", "before", "q", "limit"]) },
+    schedulers: {
+      schedulers: (p) =>
+        "/ui/fragments/schedulers" + query(p, ["after", "before", "q", "organisation", "problems", "limit"]),
+    },
     control: { control: () => "/ui/fragments/control-plane" },
     tasks: {
       tasks: (p) => "/ui/fragments/tasks" + query(p, ["organisation", "type", "status", "q", "before", "task"]),
@@ -218,6 +221,19 @@
     location.hash = "tasks" + (text ? "?" + text : "");
   });
   filters.addEventListener("reset", () => setTimeout(() => { location.hash = "tasks"; }));
+
+  // -- overview and schedulers: the organisation search (a form inside the fragment) ----------------
+
+  document.addEventListener("submit", (event) => {
+    const form = event.target.closest("form[data-filters]");
+    if (!form) return;
+    event.preventDefault();
+    const params = new URLSearchParams();  // a new search starts at the first page: no cursor
+    for (const [name, value] of new FormData(form)) if (String(value).trim()) params.set(name, String(value).trim());
+    const text = params.toString();
+    form.querySelector("input[name=q]")?.blur();
+    location.hash = form.dataset.filters + (text ? "?" + text : "");
+  });
 
   async function act(method, url, json, done) {
     try {
