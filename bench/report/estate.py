@@ -23,7 +23,10 @@ def _handover(case: dict[str, Any], kind: str) -> str:
 def _per_event(ingest: dict[str, Any]) -> str:
     if "workers_cpu_ms_per_event" not in ingest:
         return ""
-    return f" ({num(ingest['workers_cpu_ms_per_event'], 1)} + {num(ingest['postgres_cpu_ms_per_event'], 1)} ms)"
+    hung = ingest.get("given_up_as_hung")
+    given_up = f"; {hung:,} schedulers given up as hung" if hung else ""
+    cpu = f"{num(ingest['workers_cpu_ms_per_event'], 1)} + {num(ingest['postgres_cpu_ms_per_event'], 1)} ms"
+    return f" ({cpu}{given_up})"
 
 
 def _vacuums(idle: dict[str, Any]) -> str:

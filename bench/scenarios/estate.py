@@ -56,6 +56,7 @@ WORKER_ENV = {
     "BATON_LOG_LEVEL": "warning",
 }
 RUN_TIMEOUT = 600.0
+HUNG_LINE = "scheduler hung; its row is given up"
 DRAIN_TIMEOUT = 600.0
 
 
@@ -407,6 +408,9 @@ def one_case(
                 "uss_kib_per_scheduler": (sum(e["uss_mib"] for e in memory) - workers * empty["uss_mib"]) * 1024 / held,
             }
             case["ingest"] = ingest(ctx, organisations, 1, server, processes)
+            # A scheduler whose turns wait for a thread longer than the hang limit is given up as hung
+            # (ingest/ownership.py): how many were, from the workers' logs (they say so one by one).
+            case["ingest"]["given_up_as_hung"] = sum(member.log().count(HUNG_LINE) for member in live)
             case["lateness"] = lateness(ctx, organisations, case["ingest"]["per_second"], ctx.quick)
             if workers >= 2:
                 case.update(hand_overs(members, live, schedulers))
