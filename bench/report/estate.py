@@ -63,7 +63,7 @@ def section_estate(result: dict[str, Any]) -> list[str]:
                 num(idle["workers_cpu_s_per_min"], 1),
                 num(idle["postgres_cpu_s_per_min"], 1),
                 f"**{num(idle['cpu_s_per_min'], 1)}**",
-                num(idle.get("to_postgres_alone"), 0),
+                num(idle.get("to_postgres_alone") if base["postgres_only"]["postgres_cpu_s_per_min"] >= 0.05 else None),
                 num(idle["transactions_per_min"]),
                 num(idle["scheduler_rows_updated_per_min"]),
                 num(idle["wal_kib_per_min"]) + _vacuums(idle),

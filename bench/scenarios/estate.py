@@ -448,7 +448,8 @@ def run(ctx: Context) -> dict[str, Any]:
     cases = [one_case(ctx, workers, organisations, base["empty_worker"], idle_seconds) for workers in counts]
     alone = base["postgres_only"]["postgres_cpu_s_per_min"]
     for case in cases:  # the machine is shared: the same measure of PostgreSQL alone, same run
-        case["idle"]["to_postgres_alone"] = case["idle"]["cpu_s_per_min"] / alone if alone else None
+        # (a few clock ticks at least: an idle PostgreSQL may measure zero, or a rounding error below it)
+        case["idle"]["to_postgres_alone"] = case["idle"]["cpu_s_per_min"] / alone if alone >= 0.05 else None
     return {
         "organisations": count,
         "schedulers": count * 3,
