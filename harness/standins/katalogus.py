@@ -1,9 +1,9 @@
 """A KATalogus stand-in: organisations, plugins enabled per organisation, boefje settings (for
 deduplication), speaking KATalogus' wire format for every call Baton makes and the calls a test makes
-to drive it (create and delete organisations, enable and disable plugins).
+to drive it (create and delete organisations, enable and disable plugins, a boefje's settings).
 
 Source: nl-kat-coordination boefjes/boefjes/katalogus/ (root.py mounts the routers under /v1 and maps
-NotFound to 404 {"message"}; organisations.py, plugins.py, configs.py), the filters and pagination of
+NotFound to 404 {"message"}; organisations.py, plugins.py, configs.py, settings.py), the filters and pagination of
 boefjes/boefjes/dependencies/plugins.py, the models of boefjes/boefjes/worker/models.py and the
 settings comparison of boefjes/boefjes/sql/config_storage.py.
 """
@@ -308,6 +308,30 @@ class KatalogusStandin(Standin):
                     return not_found(f"Organisation with id '{organisation_id}' not found")
                 self.set_enabled(organisation_id, plugin_id, enabled)
             return Response(status_code=204)
+
+        settings_path = "/v1/organisations/{organisation_id}/{plugin_id}/settings"  # settings.py (no schemas here)
+
+        @app.get(settings_path)
+        def get_settings(organisation_id: str, plugin_id: str) -> Any:
+            with self.lock:
+                return dict(self.configs.get((organisation_id, plugin_id), {}).get("settings", {}))
+
+        @app.put(settings_path)
+        def put_settings(organisation_id: str, plugin_id: str, values: dict[str, Any]) -> Any:
+            with self.lock:
+                if self.plugins.get(plugin_id, {}).get("type") != "boefje":  # a KeyError, or a normalizer's config
+                    return PlainTextResponse("Internal Server Error", status_code=500)
+                if organisation_id not in self.organisations:  # config_storage.py upsert
+                    return not_found(f"Organisation with id '{organisation_id}' not found")
+                self.set_settings(organisation_id, plugin_id, values)
+            return None
+
+        @app.delete(settings_path)
+        def delete_settings(organisation_id: str, plugin_id: str) -> Any:
+            with self.lock:  # config_storage.py delete: the whole config goes, its enabled flag too
+                if self.configs.pop((organisation_id, plugin_id), None) is None:
+                    return not_found(f"Setting not found for organisation '{organisation_id}' and plugin '{plugin_id}'")
+            return None
 
         @app.get("/v1/configs")
         def list_configs(

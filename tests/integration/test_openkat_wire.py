@@ -74,6 +74,25 @@ def katalogus_conversation(url: str, suffix: str) -> list[tuple[str, int, Any]]:
         call("enable, unknown plugin", "PATCH", f"/v1/organisations/{organisation}/plugins/no-such-plugin", **enable)
         params = {"organisation_id": organisation, "boefje_id": "dns-records", "enabled": True, "with_duplicates": True}
         call("configs", "GET", "/v1/configs", params=params)
+        settings = f"/v1/organisations/{organisation}/dns-records/settings"
+        call("settings", "GET", settings)
+        call("put settings", "PUT", settings, json={"TIMEOUT": "5"})
+        call("settings put", "GET", settings)
+        call(
+            "put settings, unknown organisation",
+            "PUT",
+            f"/v1/organisations/{organisation}-x/dns-records/settings",
+            json={},
+        )
+        call(
+            "put settings, a normalizer",
+            "PUT",
+            f"/v1/organisations/{organisation}/kat_adr_finding_types_normalize/settings",
+            json={},
+        )
+        call("put settings, not an object", "PUT", settings, json=[1])
+        call("delete settings", "DELETE", settings)
+        call("delete settings again", "DELETE", settings)
         call("delete", "DELETE", f"/v1/organisations/{organisation}")
         call("delete again", "DELETE", f"/v1/organisations/{organisation}")
     return answers
