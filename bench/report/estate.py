@@ -23,7 +23,26 @@ def _handover(case: dict[str, Any], kind: str) -> str:
 def _per_event(ingest: dict[str, Any]) -> str:
     if "workers_cpu_ms_per_event" not in ingest:
         return ""
-    return f" ({num(ingest['workers_cpu_ms_per_event'], 1)} + {num(ingest['postgres_cpu_ms_per_event'], 1)} ms)"
+    hung = ingest.get("given_up_as_hung")
+    given_up = f"; {hung:,} schedulers given up as hung" if hung else ""
+    cpu = f"{num(ingest['workers_cpu_ms_per_event'], 1)} + {num(ingest['postgres_cpu_ms_per_event'], 1)} ms"
+    return f" ({cpu}{given_up})"
+
+
+def _vacuums(idle: dict[str, Any]) -> str:
+    runs = idle.get("schedulers_autovacuums")
+    return f" ({runs} autovacuum)" if runs else ""
+
+
+def _load(result: dict[str, Any]) -> str:
+    start, end = result.get("load_start"), result.get("load_end")
+    if not start or not end:
+        return ""
+    return (
+        f" Load average (1 min) {num(start[0], 1)} at the start and {num(end[0], 1)} at the end on "
+        f"{result.get('cores', 'the')} cores: other work shared the machine, so wall times (all running, "
+        "hand-overs, ingest per second, lateness) are inflated by it; CPU seconds are each process's own."
+    )
 
 
 def section_estate(result: dict[str, Any]) -> list[str]:
@@ -44,10 +63,10 @@ def section_estate(result: dict[str, Any]) -> list[str]:
                 num(idle["workers_cpu_s_per_min"], 1),
                 num(idle["postgres_cpu_s_per_min"], 1),
                 f"**{num(idle['cpu_s_per_min'], 1)}**",
-                num(idle.get("to_postgres_alone"), 0),
+                num(idle.get("to_postgres_alone") if base["postgres_only"]["postgres_cpu_s_per_min"] >= 0.05 else None),
                 num(idle["transactions_per_min"]),
                 num(idle["scheduler_rows_updated_per_min"]),
-                num(idle["wal_kib_per_min"]),
+                num(idle["wal_kib_per_min"]) + _vacuums(idle),
                 num(idle["load_1m"], 1),
                 f"{num(memory['rss_kib_per_scheduler'], 1)} / {num(memory['uss_kib_per_scheduler'], 1)}",
                 (num(ingest["per_second"]) if ingest["complete"] else "incomplete") + _per_event(ingest),
@@ -64,7 +83,7 @@ def section_estate(result: dict[str, Any]) -> list[str]:
     return [
         "## Ten thousand organisations: `baton worker`s at the size of a large estate",
         "",
-        measured_on(result),
+        measured_on(result) + _load(result),
         "",
         f"{result['organisations']:,} organisations ({result['schedulers']:,} schedulers) on PostgreSQL, shared by "
         f"{counts} `baton worker` processes with default settings (poll interval {settings['poll_interval_seconds']} "
@@ -73,7 +92,9 @@ def section_estate(result: dict[str, Any]) -> list[str]:
         "the processes until every scheduler row is `running` under a live worker. *Idle*: CPU seconds per minute "
         "used by the workers and by every PostgreSQL server process (psutil: user + system time, exited children "
         "included) over a window with no event arriving, beside the transactions, scheduler-row updates and WAL "
-        f"the database saw meanwhile, and the load average (the machine is shared: CPU time, not wall time, is "
+        "the database saw meanwhile (in brackets the autovacuum and autoanalyze runs on the schedulers table in "
+        "the window, cleaning up after the claims: their CPU is PostgreSQL's), "
+        f"and the load average (the machine is shared: CPU time, not wall time, is "
         f"what is compared); target ≤ {target:g} CPU-s/min, workers and PostgreSQL together. Baseline in the same "
         f"run: PostgreSQL with no Baton process {num(postgres_only, 2)} CPU-s/min; one worker with no organisation "
         f"{num(empty['workers_cpu_s_per_min'], 2)} CPU-s/min (PostgreSQL meanwhile "

@@ -56,6 +56,7 @@ WORKER_ENV = {
     "BATON_LOG_LEVEL": "warning",
 }
 RUN_TIMEOUT = 600.0
+HUNG_LINE = "scheduler hung; its row is given up"
 DRAIN_TIMEOUT = 600.0
 
 
@@ -96,6 +97,7 @@ class Snapshot:
     transactions: int
     scheduler_updates: int
     wal_bytes: int
+    vacuums: int  # autovacuum and autoanalyze runs on the schedulers table
     load: float
 
 
@@ -104,7 +106,8 @@ def snapshot(ctx: Context, server: psutil.Process, workers: Sequence[psutil.Proc
         row = conn.execute(
             "SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()),"
             " (SELECT coalesce(n_tup_upd, 0) FROM pg_stat_user_tables WHERE relname = 'schedulers'),"
-            " pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
+            " pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,"
+            " (SELECT autovacuum_count + autoanalyze_count FROM pg_stat_user_tables WHERE relname = 'schedulers')"
         ).fetchone()
     assert row is not None
     return Snapshot(
@@ -114,6 +117,7 @@ def snapshot(ctx: Context, server: psutil.Process, workers: Sequence[psutil.Proc
         transactions=int(row[0] or 0),
         scheduler_updates=int(row[1] or 0),
         wal_bytes=int(row[2] or 0),
+        vacuums=int(row[3] or 0),
         load=os.getloadavg()[0],
     )
 
@@ -136,6 +140,9 @@ def idle_cost(
         "transactions_per_min": (after.transactions - before.transactions) / minutes,
         "scheduler_rows_updated_per_min": (after.scheduler_updates - before.scheduler_updates) / minutes,
         "wal_kib_per_min": (after.wal_bytes - before.wal_bytes) / 1024 / minutes,
+        # The claims updated every scheduler row: autovacuum may clean up after them in the window
+        # (its CPU is PostgreSQL's, its WAL is most of the window's).
+        "schedulers_autovacuums": after.vacuums - before.vacuums,
         "load_1m": (before.load + after.load) / 2,
     }
 
@@ -401,6 +408,9 @@ def one_case(
                 "uss_kib_per_scheduler": (sum(e["uss_mib"] for e in memory) - workers * empty["uss_mib"]) * 1024 / held,
             }
             case["ingest"] = ingest(ctx, organisations, 1, server, processes)
+            # A scheduler whose turns wait for a thread longer than the hang limit is given up as hung
+            # (ingest/ownership.py): how many were, from the workers' logs (they say so one by one).
+            case["ingest"]["given_up_as_hung"] = sum(member.log().count(HUNG_LINE) for member in live)
             case["lateness"] = lateness(ctx, organisations, case["ingest"]["per_second"], ctx.quick)
             if workers >= 2:
                 case.update(hand_overs(members, live, schedulers))
@@ -424,6 +434,7 @@ def worst(cases: list[dict[str, Any]], *path: str) -> float | None:
 
 def run(ctx: Context) -> dict[str, Any]:
     configure_logging("warning")
+    load_start = os.getloadavg()
     count = ctx.size(10_000, 1_000)
     counts = (1, 2) if ctx.quick else (1, 2, 4)
     idle_seconds = 20.0 if ctx.quick else 60.0
@@ -437,7 +448,8 @@ def run(ctx: Context) -> dict[str, Any]:
     cases = [one_case(ctx, workers, organisations, base["empty_worker"], idle_seconds) for workers in counts]
     alone = base["postgres_only"]["postgres_cpu_s_per_min"]
     for case in cases:  # the machine is shared: the same measure of PostgreSQL alone, same run
-        case["idle"]["to_postgres_alone"] = case["idle"]["cpu_s_per_min"] / alone if alone else None
+        # (a few clock ticks at least: an idle PostgreSQL may measure zero, or a rounding error below it)
+        case["idle"]["to_postgres_alone"] = case["idle"]["cpu_s_per_min"] / alone if alone >= 0.05 else None
     return {
         "organisations": count,
         "schedulers": count * 3,
@@ -447,6 +459,9 @@ def run(ctx: Context) -> dict[str, Any]:
         "baseline": base,
         "renewal": renewal,
         "cases": cases,
+        "cores": os.cpu_count(),
+        "load_start": load_start,  # 1, 5 and 15 minutes: the machine is shared, wall times are inflated
+        "load_end": os.getloadavg(),
         "worst": {
             "idle_cpu_s_per_min": worst(cases, "idle", "cpu_s_per_min"),
             "all_running_s": worst(cases, "all_running_s"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -26,6 +28,7 @@ from baton.storage import workers as worker_rows
 from baton.storage.engine import Store
 from baton.storage.inbox import enqueue_event
 from baton.storage.leadership import LIVENESS_LOCK_KEY
+from baton.storage.organisations import delete_organisation
 from baton.storage.tables import Scheduler as SchedulerRow
 from harness.factories import add_organisation, fast_settings
 from harness.waiting import wait_until
@@ -483,3 +486,48 @@ def test_a_worker_learns_when_the_first_lease_of_a_peer_ends(store: Store) -> No
         with_worker = worker_rows.seconds_until_a_peer_lease_ends(session, "me#1")
     assert scheduler_only is not None and 15 < scheduler_only <= 20
     assert with_worker is not None and 5 < with_worker <= 10
+
+
+def _plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def test_an_idle_worker_reads_only_the_running_leases_of_its_peers(pg_store: Store) -> None:
+    """The peers' claims ended long ago (their holder rows renew them): the statement an idle worker
+    sends every round must find that out from the index on the claims' leases, not by reading every
+    row a peer owns (the database's clock is volatile: compared with it directly, no index applies)."""
+    organisations = [f"org{n:03d}" for n in range(200)]
+    for organisation in organisations:
+        add_organisation(pg_store, organisation)
+    with pg_store.session() as session:
+        ids = [f"{kind}-{organisation}" for organisation in organisations for kind in ("boefje", "normalizer")]
+        scheduler_leases.claim_schedulers(session, ids, "peer#1", -1)  # every claim's own lease has ended
+        scheduler_leases.claim_schedulers(session, ["report-org000"], "peer#2", 20)  # one still runs
+    with pg_store.session() as session:
+        session.execute(text("ANALYZE schedulers"))
+    with pg_store.session() as session:
+        statement = worker_rows.peer_lease_ends(session, "me#1")
+        sql = statement.compile(dialect=session.bind.dialect, compile_kwargs={"literal_binds": True})  # type: ignore[union-attr]
+        (explained,) = session.execute(text(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")).scalar_one()
+        until = worker_rows.seconds_until_a_peer_lease_ends(session, "me#1")
+    nodes = list(_plan_nodes(explained["Plan"]))
+    on_schedulers = [node for node in nodes if node.get("Relation Name") == "schedulers"]
+    assert on_schedulers, nodes
+    read = sum(
+        node["Actual Rows"] * node["Actual Loops"] + node.get("Rows Removed by Filter", 0) for node in on_schedulers
+    )
+    assert read <= 5, f"{read} scheduler rows read for one running lease: {on_schedulers}"
+    assert until is not None and 15 < until <= 20
+
+
+def test_a_worker_counts_the_schedulers_of_existing_organisations(store: Store) -> None:
+    """Counted without joining the organisations: a deleted organisation's schedulers go with it."""
+    add_organisation(store, "acme")
+    add_organisation(store, "globex")
+    with store.session() as session:
+        assert worker_rows.count_schedulers(session) == 6
+        delete_organisation(session, "acme")
+    with store.session() as session:
+        assert worker_rows.count_schedulers(session) == 3
