@@ -119,6 +119,26 @@ def test_a_hung_scheduler_loses_its_row_and_a_waiting_one_does_not(store: Store)
     assert state["normalizer-acme"][2] == ownership.owner and state["report-acme"][2] == ownership.owner
 
 
+def test_a_scheduler_waiting_for_a_thread_is_not_hung_while_other_turns_end(store: Store) -> None:
+    """After a burst of events thousands of schedulers are due at once and wait for a few threads: one
+    overdue between turns is waiting, not hung, while turns of the process keep ending; when none ends
+    (every thread stuck) it is given up like a hung one, so another process runs it."""
+    clock = FakeClock()
+    ownership, lessees = holding(store, clock)
+    for scheduler_id in IDS:
+        ownership.expect(scheduler_id, 0)  # due again at once: each waits for a thread
+    for _ in range(4):  # 40 s during which only boefje-acme gets turns
+        clock.now += 10
+        ownership.report("boefje-acme", "running")
+        ownership.expect("boefje-acme", 0)
+        ownership.renew()
+    assert all(lessee.lost == [] for lessee in lessees.values())
+    clock.now += 31  # no turn ends any more
+    ownership.renew()
+    assert lessees["normalizer-acme"].lost and "hung" in lessees["normalizer-acme"].lost[0]
+    assert lessees["report-acme"].lost and lessees["boefje-acme"].lost
+
+
 def test_a_claim_no_scheduler_took_up_is_released_in_the_end(store: Store) -> None:
     clock = FakeClock()
     add_organisation(store, "acme")

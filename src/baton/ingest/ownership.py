@@ -8,9 +8,10 @@ each renewal reads how many rows the process owns and the sum of their terms, an
 disagree with what it holds, which rows. Rows it owns but holds no scheduler for (claims never
 taken up, or everything given up in an outage) are released then. A scheduler whose turn has run
 longer than the heartbeat timeout is hung: its row is released as failed, so another process takes
-it over. When the holder cannot be renewed within the renew deadline (database unreachable,
-process frozen) every scheduler is told to stop, before the lease can expire and someone else takes
-over. Fencing (every write checked against the claim, storage/scheduler_leases.py) covers whatever
+it over (one overdue between turns only when no turn of the process ended meanwhile either: after a
+burst of events thousands wait for a few threads, and waiting is not hanging). When the holder
+cannot be renewed within the renew deadline (database unreachable, process frozen) every scheduler
+is told to stop, before the lease can expire and someone else takes over. Fencing (every write checked against the claim, storage/scheduler_leases.py) covers whatever
 slips between the two.
 When the database comes back from an outage the leases are renewed at once, not at the next round.
 """
@@ -101,6 +102,9 @@ class _Held:
     # When the scheduler last reported (a turn began), or, while it waits for its next turn, when
     # that turn is due: waiting is not hanging, however long the pause.
     progressed_at: float = field(default_factory=time.monotonic)
+    # Between turns (its last turn ended, the next has not begun): past its due time it may only be
+    # waiting for one of the process's threads, behind thousands of others after a burst of events.
+    between_turns: bool = False
 
 
 class Ownership:
@@ -130,6 +134,7 @@ class Ownership:
         # what it holds are compared with nothing changing either in between.
         self._owning = threading.RLock()
         self._renewed_at = clock()
+        self._turn_ended_at = float("-inf")  # when a turn of any of its schedulers last ended
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._changed: set[str] = set()  # schedulers whose new state is not written yet
@@ -204,7 +209,10 @@ class Ownership:
         with self._lock:
             held = self._held.get(scheduler_id)
             if held is not None:
-                held.progressed_at = self._clock() + pause
+                now = self._clock()
+                held.progressed_at = now + pause
+                held.between_turns = True
+                self._turn_ended_at = now
 
     def report(self, scheduler_id: str, state: str) -> None:
         """The state to write with the next renewal; also proof that the scheduler's loop is alive."""
@@ -214,6 +222,7 @@ class Ownership:
                 changed = held.state != state
                 held.state = state
                 held.progressed_at = self._clock()
+                held.between_turns = False
             else:
                 changed = False
         if changed:
@@ -281,7 +290,14 @@ class Ownership:
             now = self._clock()
             with self._lock:
                 cutoff = hung_before(now, self.hung_after_seconds)
-                hung = [held for held in self._held.values() if held.progressed_at <= cutoff]
+                # A scheduler overdue between turns is waiting for a thread while other turns end; it
+                # is hung only when no turn of the process ended either (its threads are stuck).
+                turns_end = self._turn_ended_at > cutoff
+                hung = [
+                    held
+                    for held in self._held.values()
+                    if held.progressed_at <= cutoff and not (held.between_turns and turns_end)
+                ]
                 for held in hung:
                     del self._held[held.claim.scheduler_id]
                 abandoned_after = ABANDONED_AFTER_LEASES * self.settings.lease_seconds
