@@ -11,8 +11,8 @@ longer than the heartbeat timeout is hung: its row is released as failed, so ano
 it over (one overdue between turns only when no turn of the process ended meanwhile either: after a
 burst of events thousands wait for a few threads, and waiting is not hanging). When the holder
 cannot be renewed within the renew deadline (database unreachable, process frozen) every scheduler
-is told to stop, before the lease can expire and someone else takes over. Fencing (every write checked against the claim, storage/scheduler_leases.py) covers whatever
-slips between the two.
+is told to stop, before the lease can expire and someone else takes over. Fencing (every write
+checked against the claim, storage/scheduler_leases.py) covers whatever slips between the two.
 When the database comes back from an outage the leases are renewed at once, not at the next round.
 """
 
