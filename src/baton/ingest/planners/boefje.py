@@ -47,7 +47,7 @@ class BoefjeScheduler(EventDrivenScheduler):
         self.backfiller = (
             None if link is None else Backfiller(self, link, self.push_boefje_tasks, lambda: self.backfill_page_size)
         )
-        self.rescanner = Rescanner(self, link)
+        self.rescanner = Rescanner(self, link, self.plan_boefje_tasks)
         self.twins = twin_planner(self, link)  # deduplication: other organisations' twins of its tasks
 
     def tick(self) -> int:

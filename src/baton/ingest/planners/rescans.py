@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from baton.core.errors import NotFoundError, OutsideServiceError, QueueFullError
 from baton.core.rescans import (
@@ -39,6 +39,8 @@ from baton.core.rescans import (
     object_type_of,
 )
 from baton.core.settings import Settings
+from baton.ingest.scheduler import Scheduler
+from baton.storage.boefje_runs import RunClaim
 from baton.storage.engine import Session
 from baton.storage.rescans import (
     DueSchedule,
@@ -53,7 +55,6 @@ from baton.storage.tables import Plugin
 
 if TYPE_CHECKING:
     from baton.ingest.katalogus import KatalogusLink
-    from baton.ingest.planners.boefje import BoefjeScheduler
 
 
 def schedule_for(
@@ -83,10 +84,30 @@ class Round:
     waiting: int = 0
 
 
+class BoefjeTasksPlan(Protocol):
+    @property
+    def claims(self) -> Sequence[RunClaim]: ...
+
+
+class PlanBoefjeTasks(Protocol):
+    """The boefje planner's own way to make tasks (planners/boefje.py `plan_boefje_tasks`)."""
+
+    def __call__(
+        self,
+        session: Session,
+        wanted: Sequence[tuple[Plugin, str]],
+        now: datetime,
+        *,
+        grace: timedelta | None = None,
+        schedules: Mapping[tuple[str, str], uuid.UUID] | None = None,
+    ) -> BoefjeTasksPlan: ...
+
+
 @dataclass
 class Rescanner:
-    scheduler: BoefjeScheduler
+    scheduler: Scheduler
     link: KatalogusLink | None
+    plan: PlanBoefjeTasks
     page_size: int = 1000  # schedules per page: one transaction, two Octopoes calls
     rng: random.Random = field(default_factory=random.Random)
     round: Round | None = None
@@ -224,7 +245,7 @@ class Rescanner:
         for grace, pairs in by_grace.items():
             wanted = [(plugin, str(due.data["input_ooi"])) for due, plugin in pairs]
             ids = {(plugin.id, key): due.id for (due, plugin), (_, key) in zip(pairs, wanted, strict=True)}
-            plan = self.scheduler.plan_boefje_tasks(session, wanted, now, grace=grace, schedules=ids)
+            plan = self.plan(session, wanted, now, grace=grace, schedules=ids)
             for (due, plugin), claim in zip(pairs, plan.claims, strict=True):
                 if claim.claimed:
                     current.queued += 1

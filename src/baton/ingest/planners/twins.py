@@ -32,6 +32,7 @@ from baton.core.deduplication import KEY, twin_document, twin_organisations
 from baton.core.errors import NotFoundError, OutsideServiceError, QueueDisabledError, QueueFullError
 from baton.core.model import SchedulerType, scheduler_id_for
 from baton.core.queueing import PushRequest
+from baton.ingest.scheduler import Scheduler
 from baton.storage import queues
 from baton.storage.boefje_runs import claim_boefje_runs
 from baton.storage.deduplication import mark_key, task_exists
@@ -39,7 +40,6 @@ from baton.storage.engine import Session
 
 if TYPE_CHECKING:
     from baton.ingest.katalogus import KatalogusLink
-    from baton.ingest.planners.boefje import BoefjeScheduler
     from baton.openkat.http import ServiceClient
 
 # Tasks looked at per turn, and noted at most (beyond it, new tasks get no twins): a backfill of a
@@ -62,7 +62,7 @@ class Made:
 
 
 class TwinPlanner:
-    def __init__(self, scheduler: BoefjeScheduler, link: KatalogusLink) -> None:
+    def __init__(self, scheduler: Scheduler, link: KatalogusLink) -> None:
         self.scheduler = scheduler
         self.link = link
         self.organisation = scheduler.spec.organisation
@@ -163,7 +163,7 @@ class TwinPlanner:
         return int(not result.task["data"].get(KEY) and mark_key(session, result.task["id"], result.task["data"], key))
 
 
-def twin_planner(scheduler: BoefjeScheduler, link: KatalogusLink | None) -> TwinPlanner | None:
+def twin_planner(scheduler: Scheduler, link: KatalogusLink | None) -> TwinPlanner | None:
     """The scheduler's twin planner: only with KATalogus and Octopoes configured and BATON_DEDUPLICATE on."""
     if link is None or link.octopoes is None or not scheduler.settings.openkat.deduplicate:
         return None
