@@ -116,6 +116,10 @@ class History:
         assert together_state == one_by_one_state
 
 
+# Every pop of both histories carries this receipt (a pop's own is random): the two must agree.
+RECEIPT = uuid.UUID(int=7)
+
+
 def answer(work: Callable[[], Any]) -> Any:
     """What a step returns, or which error it raised with what message (the step's earlier writes stay)."""
     try:
@@ -165,12 +169,16 @@ def test_push_many_is_pushing_one_after_another(fresh_pair: Fresh, maxsize: dict
         elif kind == "pop_type":
             target = PopTarget(type="boefje", fair=True)
             history.everywhere(
-                lambda session, target=target, limit=args[0], now=now: queues.pop(session, target, limit=limit, now=now)
+                lambda session, target=target, limit=args[0], now=now: queues.pop(
+                    session, target, limit=limit, now=now, receipt=RECEIPT
+                )
             )
         elif kind == "pop_queue":
             target = PopTarget(queue=f"boefje-{args[0]}")
             history.everywhere(
-                lambda session, target=target, limit=args[1], now=now: queues.pop(session, target, limit=limit, now=now)
+                lambda session, target=target, limit=args[1], now=now: queues.pop(
+                    session, target, limit=limit, now=now, receipt=RECEIPT
+                )
             )
         else:
             org, planned = args
