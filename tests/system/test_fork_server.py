@@ -123,7 +123,9 @@ def test_the_fork_server_exits_when_its_parent_is_killed() -> None:
     )
     try:
         assert parent.stdout is not None
-        server_pid = int(parent.stdout.readline())
+        # The forked `baton --version` shares the parent's stdout: its line may come first.
+        lines = iter(parent.stdout.readline, "")
+        server_pid = int(next(line for line in lines if line.strip().isdigit()))
         assert not gone(server_pid)
         parent.kill()
         parent.wait()
