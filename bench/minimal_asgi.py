@@ -8,6 +8,12 @@ any Python HTTP server on this machine can go; what Baton reaches against it is 
 request handling costs.
 
 Run: BATON_DATABASE_URL=sqlite:///... BENCH_QUEUE=... uvicorn bench.minimal_asgi:app
+
+`push_app` is the same for a push: it parses the JSON body and runs the push scenario's raw INSERT
+with the body's hash, priority and data (BENCH_INSERT_SQL) on an async psycopg connection in
+autocommit, one of as many as there are clients (concurrent pushes overlap on the database), and
+answers 201 with the new row's id; again nothing else (no admission, deduplication, schedule or
+validation).
 """
 
 from __future__ import annotations
@@ -16,25 +22,39 @@ import os
 from typing import Any
 
 import orjson
+from psycopg_pool import AsyncConnectionPool
 
 from baton.core.model import utcnow
 from baton.core.queueing import PopTarget
 from baton.storage import queues
 from baton.storage.engine import Store
+from baton.storage.urls import libpq_conninfo
 
 STORE = Store(os.environ["BATON_DATABASE_URL"])
 TARGET = PopTarget(queue=os.environ["BENCH_QUEUE"])
 HEADERS = [(b"content-type", b"application/json")]
 
 
+async def lifespan(receive: Any, send: Any) -> None:
+    while (await receive())["type"] == "lifespan.startup":
+        await send({"type": "lifespan.startup.complete"})
+    await send({"type": "lifespan.shutdown.complete"})
+
+
+async def body_of(receive: Any) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
-        while (await receive())["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
+        await lifespan(receive, send)
         return
-    while (await receive()).get("more_body"):
-        pass
+    await body_of(receive)
     if scope["path"] == "/ready":
         body = b"true"
     else:
@@ -43,3 +63,45 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         body = orjson.dumps(rows[0] if rows else None, default=str)
     await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
     await send({"type": "http.response.body", "body": body})
+
+
+async def push_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        await lifespan(receive, send)
+        return
+    body = await body_of(receive)
+    status = 200
+    if scope["path"] == "/ready":
+        answer = b"true"
+    else:
+        task = orjson.loads(body)
+        params = {
+            "queue": TARGET.queue,
+            "org": os.environ["BENCH_ORG"],
+            "priority": task["priority"],
+            "hash": task["hash"],
+            "data": orjson.dumps(task["data"]).decode(),
+        }
+        async with (await push_pool()).connection() as conn:
+            row = await (await conn.execute(INSERT_SQL, params)).fetchone()
+        answer, status = orjson.dumps({"id": row[0] if row else None}, default=str), 201
+    await send({"type": "http.response.start", "status": status, "headers": HEADERS})
+    await send({"type": "http.response.body", "body": answer})
+
+
+INSERT_SQL = os.environ.get("BENCH_INSERT_SQL", "")
+PUSH_CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "8"))
+_pool: AsyncConnectionPool | None = None
+
+
+async def push_pool() -> AsyncConnectionPool:
+    """As many autocommit connections as clients (opened on first use), so that concurrent pushes
+    overlap on the database as they do in a server with a thread pool, without one."""
+    global _pool
+    if _pool is None:
+        pool = AsyncConnectionPool(
+            libpq_conninfo(STORE.url), min_size=PUSH_CONNECTIONS, kwargs={"autocommit": True}, open=False
+        )
+        await pool.open(wait=True)
+        _pool = pool
+    return _pool

@@ -20,7 +20,7 @@ from bench.report.profiles import section_profile
 from bench.report.rescans import section_rescans
 from bench.report.retention import section_retention
 from bench.report.schedulers import section_director, section_workers
-from bench.report.targets import RETIRED, Verdict, invalid_reason, verdicts
+from bench.report.targets import RETIRED, WALLS, Verdict, invalid_reason, verdicts
 from bench.report.throughput import (
     section_batched,
     section_depth,
@@ -94,7 +94,7 @@ def section_retired() -> list[str]:
     return [*lines, ""]
 
 
-def section_misses(found: list[Verdict]) -> list[str]:
+def section_misses(found: list[Verdict], scenarios: dict[str, Any]) -> list[str]:
     misses = [v for v in found if v.verdict in ("MISS", "INVALID")]
     lines = ["## Misses", ""]
     if not misses:
@@ -103,9 +103,11 @@ def section_misses(found: list[Verdict]) -> list[str]:
         if v.value is None:
             continue
         gap = f" ({v.value / v.threshold:.2f} of the threshold)" if v.threshold and math.isfinite(v.value) else ""
+        wall = WALLS[v.target.measured](scenarios) if v.target.measured in WALLS else None
         lines.append(
             f"- {v.target.name}: {shown(v.value, v.target.shown)} against "
             f"{v.target.comparison} {shown(v.threshold, v.target.shown)}{gap}."
+            + (f" The wall: {wall}." if wall else "")
         )
     return [*lines, ""]
 
@@ -135,7 +137,7 @@ def benchmarks_markdown(results: dict[str, Any]) -> str:
         "",
         *section_targets(found, scenarios),
         *section_retired(),
-        *section_misses(found),
+        *section_misses(found, scenarios),
     ]
     for name, section in SECTIONS.items():
         if name in scenarios:

@@ -205,6 +205,38 @@ TARGETS = [
 ]
 
 
+def push_wall(scenarios: dict[str, Any]) -> str | None:
+    ratios = scenarios.get("push", {}).get("ratios", {})
+    if "minimal_8" not in ratios:
+        return None
+    return (
+        f"the smallest ASGI app running only the same INSERT (bench/minimal_asgi.py) reaches {ratios['minimal_8']:.0%} "
+        f"of the raw INSERT at 8 clients in the same run, and `baton serve` {ratios['baton_to_minimal_8']:.0%} of "
+        "that app: an HTTP push costs a Python server more CPU than the INSERT costs PostgreSQL, and the load "
+        "generator, the server and PostgreSQL share two cores"
+    )
+
+
+def fork_wall(scenarios: dict[str, Any]) -> str | None:
+    uss = scenarios.get("director", {}).get("fork_probe", {}).get("uss_mib", {})
+    allocated, running = uss.get("allocated after the fork"), uss.get("scheduler running")
+    if allocated is None or running is None:
+        return None
+    return (
+        f"of a running child's {running:.1f} MiB, {allocated:.2f} MiB are objects it allocated itself; the other "
+        f"{running - allocated:.1f} MiB are the fork server's pages it wrote into (reference counts of what its "
+        f"code touches) and so copied; a child that has only opened its store already holds "
+        f"{uss.get('store opened', float('nan')):.1f} MiB (bench/fork_probe.py)"
+    )
+
+
+# A missed target's wall, measured in the same run: said under Misses.
+WALLS: dict[str, Callable[[dict[str, Any]], str | None]] = {
+    "push.ratios.push_8": push_wall,
+    "director.scheduler_process.uss_max_mib": fork_wall,
+}
+
+
 @dataclass(frozen=True)
 class Retired:
     """A target no longer judged, and why (docs/benchmarks.md lists them)."""

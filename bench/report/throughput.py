@@ -67,9 +67,13 @@ def section_push(result: dict[str, Any]) -> list[str]:
         "",
         "`POST /queues/{id}/push` with a distinct hash per task (no push is deduplicated, every one takes the "
         "dedup path) into an unbounded queue, against a raw `INSERT` of the same row (with a hash) by as many "
-        "psycopg clients in autocommit. Both fire the same counter trigger and index updates.",
+        "psycopg clients in autocommit. Both fire the same counter trigger and index updates. As a reference, "
+        "the same INSERT behind the smallest ASGI app there is (`bench/minimal_asgi.py`'s `push_app`: it parses "
+        "the same request body and runs the INSERT on an async psycopg connection, one per client, with no "
+        "admission, deduplication, fair tag, validation, routing or logging) under the same uvicorn.",
         "",
         *throughput_rows(result, "tasks/s", "raw INSERT"),
+        *minimal_reference_lines(result.get("ratios", {}), "raw INSERT rate", "the INSERT"),
     ]
 
 
@@ -172,17 +176,17 @@ def section_sqlite(result: dict[str, Any]) -> list[str]:
         "authentication, request ids, metrics or logging) under the same uvicorn.",
         "",
         *throughput_rows(result, "pops/s", "store-level pop"),
-        *minimal_reference_lines(result.get("ratios", {})),
+        *minimal_reference_lines(result.get("ratios", {}), "store-level rate", "the pop"),
     ]
 
 
-def minimal_reference_lines(ratios: dict[str, Any]) -> list[str]:
+def minimal_reference_lines(ratios: dict[str, Any], baseline: str, operation: str) -> list[str]:
     if "minimal_1" not in ratios:
         return []  # results from before the reference existed
     return [
-        f"The reference app reaches {pct(ratios['minimal_1'])} of the store-level rate at 1 client "
+        f"The reference app reaches {pct(ratios['minimal_1'])} of the {baseline} at 1 client "
         f"({pct(ratios['minimal_8'])} at 8): on this machine an HTTP round trip between a Python client and a "
-        "Python server costs more than the pop itself, whatever the app does. `baton serve` reaches "
+        f"Python server costs more than {operation} itself, whatever the app does. `baton serve` reaches "
         f"{pct(ratios['baton_to_minimal_1'])} of the reference at 1 client ({pct(ratios['baton_to_minimal_8'])} at 8).",
         "",
     ]

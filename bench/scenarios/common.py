@@ -210,6 +210,28 @@ def serve(
         stop_processes([process])
 
 
+@contextmanager
+def minimal_app(url: str, log_dir: Path, app: str = "app", env: dict[str, str] | None = None) -> Iterator[str]:
+    """bench/minimal_asgi.py's `app` (or another of its apps) under uvicorn, as `baton serve` runs
+    (one process, no access log)."""
+    port = free_port()
+    environment = {**os.environ, "BATON_DATABASE_URL": url, "BENCH_QUEUE": QUEUE, "BENCH_ORG": ORG, **(env or {})}
+    command = [sys.executable, "-m", "uvicorn", f"bench.minimal_asgi:{app}", "--port", str(port)]
+    with (log_dir / f"minimal-{port}.log").open("wb") as log:
+        process = subprocess.Popen(
+            [*command, "--log-level", "warning", "--no-access-log"],
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready([base])
+        yield base
+    finally:
+        stop_processes([process])
+
+
 # -- requests ----------------------------------------------------------------------------------------------
 
 

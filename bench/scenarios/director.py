@@ -5,10 +5,13 @@ child per scheduler). The process runner's children are forked from its fork ser
 forking.py) and, for comparison in the same run, started as fresh interpreters (`fork_server=False`,
 what a pod runs): for each child its unique memory (USS: what it adds, issue #33's target: at most
 15 MiB), its proportional share of the shared pages (PSS) and its resident memory (VmRSS, RssAnon,
-VmHWM), from psutil and /proc/<pid>/status."""
+VmHWM), from psutil and /proc/<pid>/status; and where a forked child's unique memory comes from,
+step by step (bench/fork_probe.py)."""
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -206,6 +209,16 @@ PROCESS_CASES = (("process", 10), ("process", 50), ("process-exec", 10))
 QUICK_PROCESS_CASES = (("process", 4), ("process-exec", 4))
 
 
+def fork_probe(ctx: Context) -> dict[str, Any]:
+    """bench/fork_probe.py on the last case's organisations (their schedulers stopped): a forked
+    child's USS step by step, and what it allocated itself."""
+    seconds = SLOW["poll_interval_seconds"] + 2  # after its first tick, as the children above
+    env = {**os.environ, **SLOW_ENV, "BATON_DATABASE_URL": ctx.database_url}
+    command = [sys.executable, "-m", "bench.fork_probe", "dir-00000", "dir-00001", str(seconds)]
+    done = subprocess.run(command, env=env, check=True, capture_output=True, text=True, timeout=seconds + 120)
+    return {"seconds": seconds, "uss_mib": json.loads(done.stdout.strip().splitlines()[-1])}
+
+
 def run(ctx: Context) -> dict[str, Any]:
     configure_logging("warning")
     threads = [("thread", 10)] if ctx.quick else [("thread", 100), ("thread", 1000)]
@@ -221,4 +234,5 @@ def run(ctx: Context) -> dict[str, Any]:
         "scheduler_process": largest["scheduler_process"],
         "fresh_interpreter_process": fresh["scheduler_process"],
         "import_floor": import_floor(),
+        "fork_probe": fork_probe(ctx),
     }

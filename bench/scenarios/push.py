@@ -1,5 +1,7 @@
 """Pushes through `baton serve` (POST /queues/{id}/push, a distinct hash per task so none is
-deduplicated, an unbounded queue) against a raw INSERT of the same row by as many psycopg clients."""
+deduplicated, an unbounded queue) against a raw INSERT of the same row by as many psycopg clients;
+and, as a reference, the same INSERT behind the smallest ASGI app there is (bench/minimal_asgi.py's
+`push_app`, same uvicorn, the same request body): how far any Python HTTP server gets here."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from bench.scenarios.common import (
     bench_queue,
     clients,
     interleaved,
+    minimal_app,
     ratio,
     serve,
 )
@@ -27,6 +30,11 @@ INSERT_SQL = (
     " created_at, modified_at) VALUES (gen_random_uuid(), %(queue)s, %(org)s, 'boefje', %(priority)s, 'queued',"
     " md5(random()::text || clock_timestamp()::text), %(data)s::jsonb, 0, 0, now(), now())"
 )
+
+
+# The minimal app's: the request's own hash, and the new id answered.
+MINIMAL_INSERT_SQL = INSERT_SQL.replace("md5(random()::text || clock_timestamp()::text)", "%(hash)s") + " RETURNING id"
+MINIMAL = "minimal ASGI app, same INSERT"
 
 
 def raw_insert(ctx: Context) -> Request:
@@ -43,11 +51,16 @@ def http_push(url: str) -> Request:
 
 def run(ctx: Context) -> dict[str, Any]:
     bench_queue(ctx, 0)
-    with serve(ctx.database_url, log_dir=ctx.work_dir) as server:
+    minimal_env = {"BENCH_INSERT_SQL": MINIMAL_INSERT_SQL}
+    with (
+        serve(ctx.database_url, log_dir=ctx.work_dir) as server,
+        minimal_app(ctx.database_url, ctx.work_dir, "push_app", minimal_env) as minimal,
+    ):
         series = {}
         for count in CLIENTS:
             series[f"raw INSERT|{count}"] = clients(raw_insert(ctx), count, ctx.duration)
             series[f"HTTP push|{count}"] = clients(http_push(server.url), count, ctx.duration)
+            series[f"{MINIMAL}|{count}"] = clients(http_push(minimal), count, ctx.duration)
         measured = interleaved(series, ctx.rounds)
     rows = []
     for key, summary in measured.items():
@@ -61,6 +74,18 @@ def run(ctx: Context) -> dict[str, Any]:
         "ratios": {
             f"push_{count}": ratio(
                 measured[f"HTTP push|{count}"]["per_second"], measured[f"raw INSERT|{count}"]["per_second"]
+            )
+            for count in CLIENTS
+        }
+        | {
+            f"minimal_{count}": ratio(
+                measured[f"{MINIMAL}|{count}"]["per_second"], measured[f"raw INSERT|{count}"]["per_second"]
+            )
+            for count in CLIENTS
+        }
+        | {
+            f"baton_to_minimal_{count}": ratio(
+                measured[f"HTTP push|{count}"]["per_second"], measured[f"{MINIMAL}|{count}"]["per_second"]
             )
             for count in CLIENTS
         },

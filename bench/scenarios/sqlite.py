@@ -6,13 +6,7 @@ SQLite serialises writers, so this is about the cost of the HTTP layer."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import insert
@@ -23,9 +17,18 @@ from baton.runtime import prepare_store
 from baton.storage.organisations import create_organisation
 from baton.storage.statements import TASKS
 from bench.loadgen import Request
-from bench.scenarios.common import ORG, QUEUE, Context, clients, http_pop, interleaved, ratio, rows_against, serve
-from harness.servers import stop_processes, wait_ready
-from harness.waiting import free_port
+from bench.scenarios.common import (
+    ORG,
+    QUEUE,
+    Context,
+    clients,
+    http_pop,
+    interleaved,
+    minimal_app,
+    ratio,
+    rows_against,
+    serve,
+)
 
 CLIENTS = (1, 8)
 MINIMAL = "minimal ASGI app (reference)"
@@ -55,24 +58,6 @@ def fill(url: str, tasks: int) -> None:
     with store.engine.begin() as conn:
         conn.execute(insert(TASKS), rows)
     store.dispose()
-
-
-@contextmanager
-def minimal_app(url: str, log_dir: Path) -> Iterator[str]:
-    """bench/minimal_asgi.py under uvicorn, as `baton serve` runs (one process, no access log)."""
-    port = free_port()
-    env = {**os.environ, "BATON_DATABASE_URL": url, "BENCH_QUEUE": QUEUE}
-    command = [sys.executable, "-m", "uvicorn", "bench.minimal_asgi:app", "--port", str(port)]
-    with (log_dir / f"minimal-{port}.log").open("wb") as log:
-        process = subprocess.Popen(
-            [*command, "--log-level", "warning", "--no-access-log"], env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready([base])
-        yield base
-    finally:
-        stop_processes([process])
 
 
 def run(ctx: Context) -> dict[str, Any]:
