@@ -142,9 +142,25 @@ def test_task_lifecycle_over_http(client: TestClient) -> None:
     assert bad.status_code == 422 and "status" in bad.json()["message"]
 
 
+def test_reading_a_task_answers_what_its_push_and_patch_answered(client: TestClient) -> None:
+    """GET /tasks/{id} reads the row as the PATCH writes it (the executor's statement): the same
+    document, OpenKAT's shape, nested data intact."""
+    create_org(client)
+    data = {"boefje": {"id": "dns-records", "version": None}, "input_ooi": "Hostname|internet|a.example", "n": [1, 2]}
+    pushed = client.post("/queues/boefje-acme/push", json={"priority": 3, "data": data, "hash": "h-read"}).json()
+    read = client.get(f"/tasks/{pushed['id']}")
+    assert read.status_code == 200
+    assert read.json() == {**pushed, "scheduler_id": "boefje"}
+    assert read.json()["data"] == data
+    client.post("/queues/boefje-acme/pop")
+    running = client.patch(f"/tasks/{pushed['id']}", json={"status": "running"}).json()
+    assert client.get(f"/tasks/{pushed['id']}").json() == running
+
+
 def test_unknown_and_malformed_task_ids(client: TestClient) -> None:
     missing = uuid.uuid4()
-    assert client.get(f"/tasks/{missing}").status_code == 404
+    unknown = client.get(f"/tasks/{missing}")
+    assert unknown.status_code == 404 and str(missing) in unknown.json()["message"]
     assert client.patch(f"/tasks/{missing}", json={"status": "running"}).status_code == 404
     malformed = client.get("/tasks/not-a-uuid")
     assert malformed.status_code == 422 and "task_id" in malformed.json()["message"]

@@ -108,8 +108,8 @@ def stats(
 
 
 @router.get("/{task_id}", response_model=TaskOut, responses=UNKNOWN_TASK, dependencies=[security.READ])
-def get_task(task_id: uuid.UUID, store: StoreDep) -> Response:
-    return json_response(openkat_task_document(task_service.get_task(store, task_id)))
+async def get_task(task_id: uuid.UUID, queues: QueuesDep) -> Response:
+    return json_response(openkat_task_document(await queues.task(task_id)))
 
 
 @router.patch(

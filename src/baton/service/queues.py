@@ -391,6 +391,11 @@ class QueueService:
             self._queued_here(task["scheduler_id"])
         return task
 
+    async def task(self, task_id: uuid.UUID) -> dict[str, Any]:
+        """One task as a record (`data` as JSON text), read as a PATCH writes it: one statement on the
+        executor, no thread hop (OpenKAT's runners read every task they pop); NotFoundError (404)."""
+        return await deadline.within(self.executor.task(task_id), self._wait)
+
     def _queued_here(self, queue_id: str) -> None:
         """A task this process queued wakes its waiters at once when no notification will (SQLite);
         PostgreSQL's notification comes for every writer alike."""

@@ -65,12 +65,6 @@ def hourly_stats(store: Store, query: TaskQuery) -> dict[str, dict[str, int]]:
     return document
 
 
-def get_task(store: Store, task_id: uuid.UUID) -> dict[str, Any]:
-    """One task as a record; NotFoundError (404) when there is none."""
-    with store.session() as session:
-        return task_rows.record(task_rows.get_task(session, task_id))
-
-
 @dataclass(frozen=True)
 class TaskDetail:
     task: TaskRow

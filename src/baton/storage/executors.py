@@ -88,6 +88,10 @@ class QueueExecutor(Protocol):
 
     async def change_status(self, task_id: uuid.UUID, requested: TaskStatus, now: datetime) -> dict[str, Any]: ...
 
+    async def task(self, task_id: uuid.UUID) -> dict[str, Any]:
+        """One task's record (`data` as JSON text); NotFoundError when there is none."""
+        ...
+
     async def queue_exists(self, queue_id: str) -> bool: ...
 
     async def any_caps(self) -> bool: ...
@@ -165,6 +169,9 @@ class ThreadExecutor:
 
     async def change_status(self, task_id: uuid.UUID, requested: TaskStatus, now: datetime) -> dict[str, Any]:
         return await self._transaction(lambda conn: queues.change_status(conn, task_id, requested, now, raw_data=True))
+
+    async def task(self, task_id: uuid.UUID) -> dict[str, Any]:
+        return await self._transaction(lambda conn: queues.task_record(conn, task_id, raw_data=True))
 
     async def queue_exists(self, queue_id: str) -> bool:
         return await self._transaction(
@@ -259,6 +266,8 @@ def _compiled(statement_key: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
         statement = statements.queue_exists()
     elif kind == "any_caps":
         statement = statements.any_caps()
+    elif kind == "task":
+        statement = statements.task_by_id(raw_data=True)
     else:
         statement = statements.change_status(TaskStatus(statement_key[1]), raw_data=True)
     compiled = statement.compile(dialect=statements.dialect_of("postgresql"))
@@ -393,6 +402,12 @@ class PostgresExecutor:
         if rows:
             return rows[0]
         return await self._fallback.change_status(task_id, requested, now)  # says why: 404 or 409
+
+    async def task(self, task_id: uuid.UUID) -> dict[str, Any]:
+        rows = await self._fetch(("task",), {"id_": task_id})
+        if not rows:
+            raise queues.unknown_task(task_id)
+        return rows[0]
 
     async def queue_exists(self, queue_id: str) -> bool:
         return bool(await self._fetch(("queue_exists",), {"queue_": queue_id}))

@@ -93,10 +93,22 @@ def change_status(
         return as_dict(row)
     current = executable.execute(statements.task_status(), {"id_": task_id}).scalar()
     if current is None:
-        raise NotFoundError(f"task '{task_id}' not found")
+        raise unknown_task(task_id)
     check_transition(TaskStatus(current), requested)
     # Allowed now, refused a moment ago: another client moved the task in between.
     raise ConflictError(f"task '{task_id}' changed while being updated (now '{current}'); retry")
+
+
+def unknown_task(task_id: uuid.UUID) -> NotFoundError:
+    return NotFoundError(f"task '{task_id}' not found")
+
+
+def task_record(executable: Executable, task_id: uuid.UUID, raw_data: bool = False) -> dict[str, Any]:
+    """One task as a record; NotFoundError (404) when there is none."""
+    row = executable.execute(statements.task_by_id(raw_data), {"id_": task_id}).first()
+    if row is None:
+        raise unknown_task(task_id)
+    return as_dict(row)
 
 
 def queue_counts(executable: Executable, scheduler_id: str | None = None) -> dict[str, tuple[int, int]]:

@@ -439,6 +439,12 @@ def task_status() -> Select[Any]:
     return select(Task.status).where(Task.id == bindparam("id_"))
 
 
+@cache
+def task_by_id(raw_data: bool = False) -> Select[Any]:
+    """One task's row by its id (the unique index on `id`), as every statement returns a task."""
+    return select(*task_columns(raw_data)).where(TASKS.c.id == bindparam("id_"))
+
+
 def twin_is_queued(scheduler_id: str, task_hash: str) -> Select[Any]:
     return select(exists().where(Task.scheduler_id == scheduler_id, Task.hash == task_hash, IS_QUEUED))
 
