@@ -84,7 +84,6 @@ def fork_probe_lines(probe: dict[str, Any] | None) -> list[str]:
         "or rehearses: what a child's USS measures is how much of the server's "
         "memory its code touches. The fork server rehearses a child's first steps (command line, settings, "
         "store, ORM mappers) so that what those fill in stays shared.",
-        "",
     ]
 
 
