@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from baton.control.runners import ThreadRunner
 from baton.core.model import SchedulerSpec, SchedulerType, TaskStatus, utcnow
 from baton.ingest.events import DatabaseInbox, Delivery
-from baton.ingest.scheduler import SchedulerContext
+from baton.ingest.scheduler import Scheduler, SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.inbox import enqueue_event
 from baton.storage.schedules import create_schedule
@@ -113,6 +113,41 @@ def test_on_postgresql_an_event_from_another_process_wakes_its_scheduler_and_no_
         assert looks["normalizer-beta"] > turns_before.get("normalizer-beta", 0)
         others = {sid: n for sid, n in looks.items() if sid != "normalizer-beta"}
         assert others == {sid: turns_before.get(sid, 0) for sid in others}  # nobody else took a turn
+
+
+def test_on_postgresql_a_scheduler_that_drained_its_inbox_waits_to_be_woken(pg_store: Store) -> None:
+    """Less than a batch received: no turn after it just to find nothing (after a burst across every
+    organisation, such turns would queue up ahead of a quiet organisation's event)."""
+    with running(pg_store, poll_interval=60) as (_runner, looks):
+        before = looks["normalizer-beta"]
+        seq = insert_event_elsewhere(pg_store, "normalizer-beta")
+        assert wait_until(lambda: consumed(pg_store, seq), 20)
+        time.sleep(0.5)
+        assert looks["normalizer-beta"] == before + 1
+
+
+def test_on_postgresql_a_full_batch_is_followed_by_a_turn_at_once(pg_store: Store) -> None:
+    """More than a batch waiting, announced by one notification: the turn after a full batch comes at
+    once, not at the process's next look (a minute away)."""
+    batch = Scheduler.batch_size
+    with running(pg_store, poll_interval=60) as (runner, looks):
+        wakeups = runner.context.wakeups()
+        looks_before, before = wakeups.looks, looks["normalizer-beta"]
+        with psycopg.connect(libpq_conninfo(pg_store.url), autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO events (scheduler_id, kind, payload, created_at)"
+                " SELECT 'normalizer-beta', %s, %s, now() FROM generate_series(1, %s)",
+                (RAW_FILE["type"], Json(RAW_FILE), batch + 1),
+            )
+        with pg_store.session() as session:
+            assert wait_until(lambda: pending_events(session, "normalizer-beta") == 0, 30)
+        assert looks["normalizer-beta"] == before + 2
+        assert wakeups.looks == looks_before
+
+
+def pending_events(session: Session, scheduler_id: str) -> int:
+    session.expire_all()
+    return session.query(Event).filter(Event.scheduler_id == scheduler_id, Event.consumed_at.is_(None)).count()
 
 
 def test_on_postgresql_a_lost_notification_costs_latency_not_the_event(pg_store: Store) -> None:

@@ -42,12 +42,18 @@ class EventDrivenScheduler(Scheduler):
         super().__init__(spec, context, claim)
         self.source: EventSource | None = None
         self.events_handled = 0
+        self._drained = False  # the last tick received less than a batch: nothing was left waiting
 
     def setup(self) -> None:
         self.source = self.context.source_factory(self.spec)
 
     def inputs_announced(self) -> bool:
         return self.source is None or bool(getattr(self.source, "announced", False))
+
+    def caught_up(self) -> bool:
+        """Less than a batch received, and every newer event announced (its process wakes it, and
+        looks for unconsumed events every few poll intervals besides)."""
+        return self._drained and self.inputs_announced()
 
     def teardown(self) -> None:
         if self.source is not None:
@@ -57,9 +63,11 @@ class EventDrivenScheduler(Scheduler):
         if self.source is None:
             return 0
         received: Sequence[Delivery] = []
+        self._drained = False
         try:
             with self.transaction() as session:
                 received = self.source.receive(session, self.batch_size)
+                self._drained = len(received) < self.batch_size
                 settlement = self._handle_deliveries(session, received)
         except Exception:
             for delivery in received:

@@ -266,7 +266,14 @@ class Scheduler(ABC):
         except DatabaseUnavailableError:  # also: every pooled connection busy (many schedulers)
             return self._back_off_seconds()  # the outage is logged once per process, not per scheduler
         requested, self._pause = self._pause, 0.0
-        return max(requested, 0.0 if done else self.idle_pause())
+        return max(requested, 0.0 if done and not self.caught_up() else self.idle_pause())
+
+    def caught_up(self) -> bool:
+        """Whether the tick, though it did work, left nothing its wake-ups would not announce: then
+        the next turn waits to be woken instead of coming at once to find nothing. A burst across
+        every organisation would otherwise leave a turn per scheduler behind it, and an event of
+        a quiet organisation would wait behind all of them for a thread. No by default."""
+        return False
 
     def idle_pause(self) -> float:
         """How long to wait when there was nothing to do: until woken (its process looks for its

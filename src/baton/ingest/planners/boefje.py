@@ -49,9 +49,11 @@ class BoefjeScheduler(EventDrivenScheduler):
         )
         self.rescanner = Rescanner(self, link, self.plan_boefje_tasks)
         self.twins = twin_planner(self, link)  # deduplication: other organisations' twins of its tasks
+        self._planned = 0  # what the last tick's planners did
 
     def tick(self) -> int:
         done = 0
+        self._planned = 0
         if self.catalogue_sync is not None and self.backfiller is not None:
             now = self.context.clock()
             change = self.catalogue_sync.run(now, octopoes=self.backfiller.link.octopoes is not None)
@@ -60,10 +62,17 @@ class BoefjeScheduler(EventDrivenScheduler):
             if not self.catalogue_sync.has_catalogue:
                 return 0  # no catalogue yet to plan with: events wait
             done += self.backfiller.step(now)
-        done += super().tick()
+        events = super().tick()
         if self.twins is not None:
             done += self.twins.step(self.context.clock())
-        return done + self.rescanner.step(self.context.clock())
+        done += self.rescanner.step(self.context.clock())
+        self._planned = done
+        return done + events
+
+    def caught_up(self) -> bool:
+        """Its events drained, and its planners (backfill, twins, rescans) found nothing to do: they
+        may have more waiting than one turn takes."""
+        return self._planned == 0 and super().caught_up()
 
     def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
         catalogue = BatchCatalogue(self.context.catalogue)
