@@ -7,6 +7,7 @@ several organisations of one type; each batch goes in one by one into one and in
 from __future__ import annotations
 
 import itertools
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -53,12 +54,17 @@ def fresh_pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fresh
     """Two empty databases per call: the one-by-one side and the bulk side."""
     if request.param == "sqlite":
         opened: list[Store] = []
+        template = tmp_path / "migrated.db"  # migrated once; each example starts from a copy
+        migrated = Store(f"sqlite:///{template}")
+        migrated.migrate()
+        migrated.dispose()
 
         def sqlite_pair() -> tuple[Store, Store]:
             pair = []
             for _ in range(2):
-                store = Store(f"sqlite:///{tmp_path / f'push{next(_files)}.db'}")
-                store.migrate()
+                path = tmp_path / f"push{next(_files)}.db"
+                shutil.copyfile(template, path)
+                store = Store(f"sqlite:///{path}")
                 opened.append(store)
                 pair.append(store)
             return pair[0], pair[1]

@@ -256,11 +256,17 @@ def test_standalone_exits_cleanly_on_sigterm(store: Store) -> None:
 
 
 def test_process_director_restart_adopts_nothing_twice(store: Store) -> None:
-    """SIGKILL the director: its children die with it; the next director starts exactly one each."""
+    """SIGKILL the director: its children die with it; the next director starts exactly one each
+    (on SQLite once the killed one's leases have run out: shorter ones here)."""
     with store.session() as session:
         seed_catalogue(session, None)
     add_org(store, "acme")
-    env = {"BATON_DATABASE_URL": store.url}
+    env = {
+        "BATON_DATABASE_URL": store.url,
+        "BATON_LEASE_SECONDS": "5",
+        "BATON_RENEW_DEADLINE_SECONDS": "4",
+        "BATON_RETRY_PERIOD_SECONDS": "1",
+    }
     director = run_cli("director", "--runner", "process", env_extra=env)
     try:
         assert wait_until(lambda: len(scheduler_processes("acme")) == 3, 60)
