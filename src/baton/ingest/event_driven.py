@@ -51,9 +51,11 @@ class EventDrivenScheduler(Scheduler):
         return self.source is None or bool(getattr(self.source, "announced", False))
 
     def caught_up(self) -> bool:
-        """Less than a batch received, and every newer event announced (its process wakes it, and
-        looks for unconsumed events every few poll intervals besides)."""
-        return self._drained and self.inputs_announced()
+        """Less than a batch received, every newer event announced, and announcements heard: on
+        PostgreSQL while its process listens, a new event wakes it at once (and the process looks for
+        unconsumed events every few poll intervals besides). On SQLite, or while the listener is
+        away, only the look every poll interval would: it takes its next turn at once, as before."""
+        return self._drained and self.inputs_announced() and self.context.wakeups().listening
 
     def teardown(self) -> None:
         if self.source is not None:
