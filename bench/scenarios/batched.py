@@ -13,7 +13,8 @@ from bench.scenarios.common import (
     http_pop,
     http_pop_many,
     interleaved,
-    ratio,
+    ratios_by_clients,
+    rows_against,
     serve,
 )
 
@@ -32,22 +33,11 @@ def run(ctx: Context) -> dict[str, Any]:
                 http_pop_many(server.url, QUEUE, BATCH), count, ctx.duration
             )
         measured = interleaved(series, ctx.rounds)
-    rows = []
-    for key, summary in measured.items():
-        name, count = key.split("|")
-        baseline = measured[f"one task per request|{count}"]["per_second"]
-        rows.append({"series": name, "clients": int(count), **summary, "ratio": ratio(summary["per_second"], baseline)})
     return {
         "queued_at_start": queued,
         "batch": BATCH,
         "duration_s": ctx.duration,
         "rounds": ctx.rounds,
-        "series": rows,
-        "ratios": {
-            f"batched_{count}": ratio(
-                measured[f"{BATCH} tasks per request|{count}"]["per_second"],
-                measured[f"one task per request|{count}"]["per_second"],
-            )
-            for count in CLIENTS
-        },
+        "series": rows_against(measured, "one task per request"),
+        "ratios": ratios_by_clients(measured, "batched", f"{BATCH} tasks per request", "one task per request", CLIENTS),
     }

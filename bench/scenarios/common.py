@@ -309,6 +309,18 @@ def ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
 
 
+def ratios_by_clients(
+    measured: dict[str, dict[str, Any]], label: str, name: str, baseline: str, counts: Sequence[int]
+) -> dict[str, float | None]:
+    """`label_N`: the rate of series `name|N` over that of `baseline|N`, for each client count N."""
+    return {
+        f"{label}_{count}": ratio(
+            measured[f"{name}|{count}"]["per_second"], measured[f"{baseline}|{count}"]["per_second"]
+        )
+        for count in counts
+    }
+
+
 def percentile(values: Sequence[float], fraction: float) -> float:
     if not values:
         return float("nan")

@@ -13,7 +13,7 @@ from bench.scenarios.common import (
     clients,
     http_pop,
     interleaved,
-    ratio,
+    ratios_by_clients,
     rows_against,
     serve,
     sql_pop,
@@ -42,15 +42,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "duration_s": ctx.duration,
         "rounds": ctx.rounds,
         "series": rows_against(measured, "raw SQL"),
-        "ratios": {
-            f"{label}_{count}": ratio(
-                measured[f"{name}|{count}"]["per_second"], measured[f"raw SQL|{count}"]["per_second"]
-            )
-            for count in CLIENTS
-            for label, name in (
-                ("http", "HTTP, 1 process"),
-                ("workers2", "HTTP, BATON_WORKERS=2"),
-                ("ungrouped", "HTTP, BATON_GROUP_POPS=false"),
-            )
-        },
+        "ratios": ratios_by_clients(measured, "http", "HTTP, 1 process", "raw SQL", CLIENTS)
+        | ratios_by_clients(measured, "workers2", "HTTP, BATON_WORKERS=2", "raw SQL", CLIENTS)
+        | ratios_by_clients(measured, "ungrouped", "HTTP, BATON_GROUP_POPS=false", "raw SQL", CLIENTS),
     }

@@ -17,7 +17,8 @@ from bench.scenarios.common import (
     clients,
     interleaved,
     minimal_app,
-    ratio,
+    ratios_by_clients,
+    rows_against,
     serve,
 )
 
@@ -62,31 +63,11 @@ def run(ctx: Context) -> dict[str, Any]:
             series[f"HTTP push|{count}"] = clients(http_push(server.url), count, ctx.duration)
             series[f"{MINIMAL}|{count}"] = clients(http_push(minimal), count, ctx.duration)
         measured = interleaved(series, ctx.rounds)
-    rows = []
-    for key, summary in measured.items():
-        name, count = key.split("|")
-        baseline = measured[f"raw INSERT|{count}"]["per_second"]
-        rows.append({"series": name, "clients": int(count), **summary, "ratio": ratio(summary["per_second"], baseline)})
     return {
         "duration_s": ctx.duration,
         "rounds": ctx.rounds,
-        "series": rows,
-        "ratios": {
-            f"push_{count}": ratio(
-                measured[f"HTTP push|{count}"]["per_second"], measured[f"raw INSERT|{count}"]["per_second"]
-            )
-            for count in CLIENTS
-        }
-        | {
-            f"minimal_{count}": ratio(
-                measured[f"{MINIMAL}|{count}"]["per_second"], measured[f"raw INSERT|{count}"]["per_second"]
-            )
-            for count in CLIENTS
-        }
-        | {
-            f"baton_to_minimal_{count}": ratio(
-                measured[f"HTTP push|{count}"]["per_second"], measured[f"{MINIMAL}|{count}"]["per_second"]
-            )
-            for count in CLIENTS
-        },
+        "series": rows_against(measured, "raw INSERT"),
+        "ratios": ratios_by_clients(measured, "push", "HTTP push", "raw INSERT", CLIENTS)
+        | ratios_by_clients(measured, "minimal", MINIMAL, "raw INSERT", CLIENTS)
+        | ratios_by_clients(measured, "baton_to_minimal", "HTTP push", MINIMAL, CLIENTS),
     }

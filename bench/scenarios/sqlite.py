@@ -25,7 +25,7 @@ from bench.scenarios.common import (
     http_pop,
     interleaved,
     minimal_app,
-    ratio,
+    ratios_by_clients,
     rows_against,
     serve,
 )
@@ -80,22 +80,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "duration_s": ctx.duration,
         "rounds": ctx.rounds,
         "series": rows_against(measured, "store-level pop"),
-        "ratios": {
-            f"sqlite_{count}": ratio(
-                measured[f"HTTP pop|{count}"]["per_second"], measured[f"store-level pop|{count}"]["per_second"]
-            )
-            for count in CLIENTS
-        }
-        | {
-            f"minimal_{count}": ratio(
-                measured[f"{MINIMAL}|{count}"]["per_second"], measured[f"store-level pop|{count}"]["per_second"]
-            )
-            for count in CLIENTS
-        }
-        | {
-            f"baton_to_minimal_{count}": ratio(
-                measured[f"HTTP pop|{count}"]["per_second"], measured[f"{MINIMAL}|{count}"]["per_second"]
-            )
-            for count in CLIENTS
-        },
+        "ratios": ratios_by_clients(measured, "sqlite", "HTTP pop", "store-level pop", CLIENTS)
+        | ratios_by_clients(measured, "minimal", MINIMAL, "store-level pop", CLIENTS)
+        | ratios_by_clients(measured, "baton_to_minimal", "HTTP pop", MINIMAL, CLIENTS),
     }
