@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from baton.core.errors import NotFoundError
 from baton.core.model import TaskStatus, utcnow
 from baton.storage import statements
+from baton.storage.queues import unknown_task
 from baton.storage.tables import Task
 
 # A task as the statements return it (RETURNING columns), for answers built from ORM rows too.
@@ -39,7 +39,7 @@ def find_task(session: Session, task_id: uuid.UUID) -> Task | None:
 def get_task(session: Session, task_id: uuid.UUID) -> Task:
     task = find_task(session, task_id)
     if task is None:
-        raise NotFoundError(f"task '{task_id}' not found")
+        raise unknown_task(task_id)
     return task
 
 
