@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CursorResult, delete, select
+from sqlalchemy import CursorResult, Select, delete, select
 from sqlalchemy.orm import Session
 
 from baton.core.retention import FINISHED
@@ -30,11 +30,7 @@ def delete_finished(session: Session, before: datetime, limit: int) -> int:
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
-    result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-        delete(Task).where(Task.seq.in_(oldest.scalar_subquery())),
-        execution_options={"synchronize_session": False},
-    )
-    return int(result.rowcount or 0)
+    return _delete_rows(session, Task, oldest)
 
 
 def delete_consumed_events(session: Session, before: datetime, limit: int) -> int:
@@ -47,8 +43,13 @@ def delete_consumed_events(session: Session, before: datetime, limit: int) -> in
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
+    return _delete_rows(session, Event, oldest)
+
+
+def _delete_rows(session: Session, table: type[Task] | type[Event], seqs: Select[Any]) -> int:
+    """Delete the rows of `table` whose `seq` the select picks (locked, skipping locked ones); how many."""
     result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-        delete(Event).where(Event.seq.in_(oldest.scalar_subquery())),
+        delete(table).where(table.seq.in_(seqs.scalar_subquery())),
         execution_options={"synchronize_session": False},
     )
     return int(result.rowcount or 0)
