@@ -22,8 +22,8 @@ from typing import Any
 import psycopg
 
 from baton.core.fairness import FAIR_UNIT
-from baton.core.queueing import PopTarget
-from baton.storage import statements
+from baton.core.queueing import PopShape
+from baton.storage import pops, statements
 from baton.storage.urls import libpq_conninfo
 from bench.loadgen import Rate, Request, measure
 from harness.servers import stop_processes, wait_ready
@@ -237,9 +237,9 @@ def minimal_app(url: str, log_dir: Path, app: str = "app", env: dict[str, str] |
 
 def pop_statement(by_type: bool = False, fair: bool = True) -> tuple[str, dict[str, Any]]:
     """Baton's own pop statement as the server sends it, with its compiled default parameters."""
-    target = PopTarget(type="boefje", fair=fair) if by_type else PopTarget(queue="q")
-    compiled = statements.pop(target, "postgresql").compile(dialect=statements.dialect_of("postgresql"))
-    sql = statements.pop_sql("postgresql", by_type, fair)
+    shape = PopShape(together=False, by_queue=not by_type, fair=fair, caps=False)
+    compiled = pops.build_pop(shape, "postgresql").compile(dialect=statements.dialect_of("postgresql"))
+    sql = pops.pop_sql("postgresql", by_type, fair)
     assert sql == str(compiled)
     return sql, dict(compiled.params)
 

@@ -17,7 +17,7 @@ from baton.core.admission import Admission, OnDuplicate, admit
 from baton.core.errors import BatonError
 from baton.core.model import utcnow
 from baton.core.queueing import PushRequest, PushResult
-from baton.storage import queues, statements
+from baton.storage import push_statements, queues
 from baton.storage.engine import Store
 from baton.storage.push import push_params
 from baton.storage.tables import Scheduler
@@ -103,7 +103,7 @@ def test_the_postgresql_statement_decides_as_the_rule(
     arrange(pg_store, enabled=enabled, twin=twin, full=full)
     decision, _ = by_the_rule(enabled=enabled, twin=twin, full=full, on_duplicate=on_duplicate)
     request = PushRequest(queue=QUEUE, priority=5, data={}, hash=TWIN, on_duplicate=on_duplicate)
-    statement = statements.push_postgresql(on_duplicate)
+    statement = push_statements.push_postgresql(on_duplicate)
     row = rolled_back(pg_store, lambda conn: conn.execute(statement, push_params(request, utcnow())).one())
     assert (row.enabled, row.maxsize, row.queued) == (enabled, MAXSIZE, MAXSIZE if full else 1)
     assert row.outcome == STATEMENT_OUTCOME[decision]

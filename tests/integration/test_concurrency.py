@@ -9,10 +9,10 @@ import uuid
 from typing import Any
 
 from baton.core.model import utcnow
-from baton.core.queueing import PopTarget
+from baton.core.queueing import PopRequest, PopTarget
 from baton.storage.engine import Store
-from baton.storage.executors import PostgresExecutor
 from baton.storage.organisations import create_organisation
+from baton.storage.queue_door import QueueDoor
 from baton.storage.tables import Task
 from tests import queue_api as queue
 
@@ -111,17 +111,17 @@ def popped_ids(results: list[list[dict[str, Any]]]) -> list[str]:
 
 
 def test_concurrent_pops_of_one_api_process_share_statements_and_hand_each_task_out_once(pg_store: Store) -> None:
-    """The group pop (storage/popbatch.py) on PostgreSQL: 300 pops at once, two API processes' executors
-    side by side, 200 tasks: every task goes to exactly one pop, in hand-out order per executor, and
-    each executor sent far fewer statements than it served pops."""
+    """The group pop (storage/popbatch.py) on PostgreSQL: 300 pops at once, two API processes' queue
+    doors side by side, 200 tasks: every task goes to exactly one pop, in hand-out order per door, and
+    each door sent far fewer statements than it served pops."""
     expected = fill_queue(pg_store, 200)
-    executors = [PostgresExecutor(pg_store), PostgresExecutor(pg_store)]
+    executors = [QueueDoor(pg_store), QueueDoor(pg_store)]
     target = PopTarget(queue="boefje-acme")
 
     async def pop_all() -> list[list[list[dict[str, Any]]]]:
         try:
             waves = [
-                asyncio.gather(*(executor.pop(target, limit=1, now=utcnow()) for _ in range(150)))
+                asyncio.gather(*(executor.pop(PopRequest(target), now=utcnow()) for _ in range(150)))
                 for executor in executors
             ]
             return [list(wave) for wave in await asyncio.gather(*waves)]
@@ -143,12 +143,12 @@ def test_concurrent_pops_of_one_api_process_share_statements_and_hand_each_task_
 
 def test_without_group_pops_each_pop_is_its_own_statement(pg_store: Store) -> None:
     expected = fill_queue(pg_store, 40)
-    executor = PostgresExecutor(pg_store, group_pops=False)
+    executor = QueueDoor(pg_store, group_pops=False)
     target = PopTarget(type="boefje", fair=True)
 
     async def pop_all() -> list[list[dict[str, Any]]]:
         try:
-            return list(await asyncio.gather(*(executor.pop(target, limit=1, now=utcnow()) for _ in range(50))))
+            return list(await asyncio.gather(*(executor.pop(PopRequest(target), now=utcnow()) for _ in range(50))))
         finally:
             await executor.close()
 

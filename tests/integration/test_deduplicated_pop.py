@@ -13,12 +13,12 @@ import orjson
 from fastapi.testclient import TestClient
 
 from baton.core.model import utcnow
-from baton.core.queueing import PopTarget, PushRequest
+from baton.core.queueing import PopRequest, PopTarget, PushRequest
 from baton.storage import queues
-from baton.storage.deduplication import pop_together, together_statement
 from baton.storage.engine import Store
-from baton.storage.executors import executor_for
 from baton.storage.organisations import create_organisation
+from baton.storage.pops import together_statement
+from baton.storage.queue_door import QueueDoor
 from baton.storage.statements import dialect_of
 
 ORGS = ("acme", "beta", "gamma", "delta")
@@ -125,10 +125,10 @@ def test_a_group_is_never_handed_out_twice_under_concurrent_pops(store: Store) -
                 limit = 2 + index % 3
                 with popper.session() as session:
                     target = PopTarget(type="boefje") if index % 2 else PopTarget(queue=f"boefje-{ORGS[index % 4]}")
-                    tasks = pop_together(session, target, limit=limit, now=utcnow())
+                    tasks = queues.pop(session, target, limit=limit, now=utcnow(), together=True)
                 if not tasks and not index % 2:
                     with popper.session() as session:  # its queue is empty: the rest by type
-                        tasks = pop_together(session, PopTarget(type="boefje"), limit=limit, now=utcnow())
+                        tasks = queues.pop(session, PopTarget(type="boefje"), limit=limit, now=utcnow(), together=True)
                 if not tasks:
                     return
                 assert len(tasks) <= limit
@@ -150,8 +150,8 @@ def test_a_group_is_never_handed_out_twice_under_concurrent_pops(store: Store) -
     assert set(flat) == ids, "a task was lost"
 
 
-def test_concurrent_pops_through_the_executor(store: Store) -> None:
-    """The API's own executor (PostgreSQL: its fallback threads; SQLite: inline or its thread)."""
+def test_concurrent_pops_through_the_queue_door(store: Store) -> None:
+    """The API's own queue door (PostgreSQL: its pool; SQLite: inline or its thread)."""
     with store.session() as session:
         for org in ORGS:
             create_organisation(session, org, org, maxsize=0)
@@ -159,13 +159,13 @@ def test_concurrent_pops_through_the_executor(store: Store) -> None:
     ids = seed(store, [(org, f"Hostname|internet|k{n}", n % 3, key) for n, key in enumerate(keys) for org in ORGS])
 
     async def main() -> list[list[dict[str, Any]]]:
-        executor = executor_for(store)
+        executor = QueueDoor(store)
         try:
             answers: list[list[dict[str, Any]]] = []
 
             async def popper() -> None:
                 while True:
-                    tasks = await executor.pop_together(PopTarget(type="boefje"), limit=3, now=utcnow())
+                    tasks = await executor.pop(PopRequest(PopTarget(type="boefje"), 3), now=utcnow())
                     if not tasks:
                         return
                     answers.append(tasks)

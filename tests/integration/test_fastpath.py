@@ -233,7 +233,7 @@ def test_a_push_that_fails_is_answered_where_it_failed_and_not_run_again(
     path answers as the route would (503, or 500 for a bug), and never hands it to the route."""
     add_organisation(store, "acme", maxsize=0)
     with TestClient(create_app(settings, store), raise_server_exceptions=False) as client:
-        executor = client.app.state.queues.executor  # type: ignore[attr-defined]
+        executor = client.app.state.queues.door  # type: ignore[attr-defined]
         calls = []
 
         async def failing(request: PushRequest, now: Any) -> Any:

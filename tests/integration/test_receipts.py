@@ -1,7 +1,7 @@
 """Pop receipts (core/receipts.py), on both backends: a pop answered with an error leaves no task
 dispatched, and a pop retried with its idempotency key answers the tasks its first attempt took.
 
-The lost acknowledgement is made real: the pop statement runs and commits, then the executor raises
+The lost acknowledgement is made real: the pop statement runs and commits, then the queue door raises
 the error a connection broken during COMMIT raises, so the client is answered 503 for a pop the
 database holds."""
 
@@ -28,7 +28,7 @@ LOST = DatabaseUnavailableError("database connection lost; retry later", "server
 
 
 class LostAcknowledgement:
-    """The app's executor, but a pop's answer is lost after its commit while `failing`."""
+    """The app's queue door, but a pop's answer is lost after its commit while `failing`."""
 
     def __init__(self, real: Any) -> None:
         self.real = real
@@ -39,11 +39,8 @@ class LostAcknowledgement:
         return getattr(self.real, name)
 
     async def pop(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        """Every pop, a deduplication group's (a boefje pop of more than one task) among them."""
         return self.answer(await self.real.pop(*args, **kwargs))
-
-    async def pop_together(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-        """A boefje pop of more than one task (a deduplication group together, service/deduplicated_pop.py)."""
-        return self.answer(await self.real.pop_together(*args, **kwargs))
 
     def answer(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not self.failing:
@@ -57,9 +54,9 @@ def lossy(settings: Settings, store: Store) -> Iterator[tuple[TestClient, LostAc
     add_organisation(store, "acme", maxsize=0)
     with TestClient(create_app(settings, store)) as client:
         queues = client.app.state.queues  # type: ignore[attr-defined]
-        executor = LostAcknowledgement(queues.executor)
-        queues.executor = executor
-        yield client, executor
+        door = LostAcknowledgement(queues.door)
+        queues.door = door
+        yield client, door
 
 
 def statuses(client: TestClient, queue: str = "boefje-acme") -> dict[str, str]:
@@ -242,15 +239,16 @@ def test_a_group_pop_whose_acknowledgement_was_lost_leaves_no_task_dispatched(pg
     """Concurrent pops of one queue share one statement (storage/popbatch.py), stamped with one
     receipt; that statement commits and its connection breaks: every waiter answers 503, and the
     batch's tasks go back."""
+    from baton.core.queueing import PopRequest
     from baton.service.metrics import Metrics
     from baton.service.queues import QueueService
-    from baton.storage.executors import PostgresExecutor
+    from baton.storage.queue_door import QueueDoor
 
     add_organisation(pg_store, "acme", maxsize=0)
     for n in range(20):
         push(pg_store, "boefje-acme", priority=1, data={"n": n})
-    executor = PostgresExecutor(pg_store)
-    real_execute = executor._execute
+    door = QueueDoor(pg_store, deduplicate=False)
+    real_execute = door.link._execute  # type: ignore[attr-defined]
     statements_run = []
 
     async def commit_then_break(sql: str, params: dict[str, Any], until: Any) -> list[dict[str, Any]]:
@@ -260,15 +258,16 @@ def test_a_group_pop_whose_acknowledgement_was_lost_leaves_no_task_dispatched(pg
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         return rows
 
-    executor._execute = commit_then_break  # type: ignore[method-assign]
-    # Deduplication off: a boefje pop of two tasks is then the grouped pop (on, it is pop_together's).
+    door.link._execute = commit_then_break  # type: ignore[attr-defined]
+    # Deduplication off: a boefje pop of two tasks is then the grouped pop (on, a deduplication group's).
     settings = Settings(database_url=pg_store.url, deduplicate=False)
-    queues = QueueService(pg_store, settings, executor, Metrics(pg_store))
+    queues = QueueService(pg_store, settings, door, Metrics(pg_store))
 
     async def scenario() -> list[Any]:
         try:
             outcomes = await asyncio.gather(
-                *(queues.pop(queues.target(queue="boefje-acme"), 2) for _ in range(8)), return_exceptions=True
+                *(queues.pop(PopRequest(queues.target(queue="boefje-acme"), 2)) for _ in range(8)),
+                return_exceptions=True,
             )
             await queues.settler.settled()
             return outcomes

@@ -9,8 +9,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from baton.core.model import SchedulerSpec, SchedulerType, TaskStatus
 from baton.core.rescans import OBJECT_GONE, PLUGIN_NOT_ENABLED, SCAN_LEVEL_TOO_LOW
@@ -21,7 +22,7 @@ from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Store
 from baton.storage.plugins import seed_plugins
 from baton.storage.schedules import ScheduleQuery, list_schedules
-from baton.storage.tables import BoefjeRun, Schedule
+from baton.storage.tables import BoefjeRun, Schedule, Task
 from tests import queue_api as queue
 from tests.katalogus_world import Clock, World, octopoes_mutation, queued, run_until_idle, world
 
@@ -292,3 +293,62 @@ def test_a_manual_run_gets_a_schedule(client: TestClient, store: Store) -> None:
     again = client.post("/schedulers/boefje/push", json=run)
     assert again.status_code == 201, again.text
     assert client.get("/schedules", params={"organisation": "acme"}).json()["count"] == 1
+
+
+def test_a_boefje_job_pushed_in_batons_dialect_gets_a_schedule_as_in_openkats(client: TestClient, store: Store) -> None:
+    """Both dialects treat a boefje task's schedule alike: Baton's push of an OpenKAT boefje job makes
+    (or refreshes) the same schedule, links the task and records the run."""
+    client.post("/organisations", json={"id": "acme", "name": "Acme"}).raise_for_status()
+    job = {"boefje": {"id": "dns-records", "name": "DNS"}, "input_ooi": HOST, "organization": "acme"}
+    pushed = client.post("/queues/boefje-acme/push", json={"priority": 5, "data": job})
+    assert pushed.status_code == 201, pushed.text
+    [schedule] = client.get("/schedules", params={"organisation": "acme"}).json()["results"]
+    assert schedule["hash"] == pushed.json()["hash"] and schedule["enabled"]
+    assert pushed.json()["schedule_id"] == schedule["id"]
+    with store.session() as session:
+        assert session.scalar(select(BoefjeRun.queued_at).where(BoefjeRun.object_key == HOST)) is not None
+    # Anything else pushed to a boefje queue is stored as it is, without a schedule.
+    other = client.post("/queues/boefje-acme/push", json={"priority": 5, "data": {"anything": 1}})
+    assert other.status_code == 201 and other.json()["schedule_id"] is None
+    assert client.get("/schedules", params={"organisation": "acme"}).json()["count"] == 1
+
+
+def test_a_pushed_boefje_task_and_its_schedule_are_written_together_or_not_at_all(
+    client: TestClient, store: Store
+) -> None:
+    """The task, its schedule and its run are one write: when the schedule cannot be written (here a
+    trigger refuses it, as a process dying between two commits would leave it), no task is queued
+    without its schedule either."""
+    client.post("/organisations", json={"id": "acme", "name": "Acme"}).raise_for_status()
+    refuse_schedules(store)
+    run = {
+        "scheduler_id": "boefje",
+        "organisation": "acme",
+        "priority": 1,
+        "data": {"boefje": {"id": "dns-records", "name": "DNS"}, "input_ooi": HOST, "organization": "acme"},
+    }
+    with pytest.raises(Exception, match="no schedules today"):
+        client.post("/schedulers/boefje/push", json=run)
+    with store.session() as session:
+        assert session.scalar(select(func.count()).select_from(Task)) == 0
+        assert session.scalar(select(func.count()).select_from(BoefjeRun)) == 0
+
+
+def refuse_schedules(store: Store) -> None:
+    """A trigger that makes every write of a schedule fail."""
+    with store.engine.begin() as conn:
+        if store.is_postgresql:
+            conn.exec_driver_sql(
+                "CREATE FUNCTION refuse_schedule() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'no schedules today'; END $$"
+            )
+            conn.exec_driver_sql(
+                "CREATE TRIGGER refuse_schedule BEFORE INSERT OR UPDATE ON schedules "
+                "FOR EACH ROW EXECUTE FUNCTION refuse_schedule()"
+            )
+        else:
+            for event in ("INSERT", "UPDATE"):
+                conn.exec_driver_sql(
+                    f"CREATE TRIGGER refuse_schedule_{event.lower()} BEFORE {event} ON schedules "
+                    "BEGIN SELECT RAISE(ABORT, 'no schedules today'); END"
+                )

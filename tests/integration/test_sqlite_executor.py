@@ -1,6 +1,6 @@
-"""Pops run statements built once per kind (`statements.plain_pop`, used by the store-level pop and so
-by the API's SQLite executor): the executor must hand out exactly what a pop statement built afresh
-for each call hands out, in the same order, for every kind of pop."""
+"""The API's queue door on SQLite runs pop statements built once per shape (`queue_door.PopStatement`):
+it must hand out exactly what a pop statement built afresh for each call hands out, in the same order,
+for every kind of pop."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from baton.core.model import utcnow
-from baton.core.queueing import PopTarget
-from baton.storage import queues, statements
+from baton.core.queueing import PopRequest, PopShape, PopTarget
+from baton.storage import queues
 from baton.storage.engine import Store
-from baton.storage.executors import SQLiteExecutor
+from baton.storage.pops import build_pop
+from baton.storage.queue_door import QueueDoor
 from harness.factories import add_organisation, push
 
 TARGETS = [
@@ -38,10 +39,10 @@ def filled(path: Path) -> Store:
 
 def popped_by_executor(store: Store, target: PopTarget, limit: int, caps: bool) -> list[list[Any]]:
     async def drain() -> list[list[Any]]:
-        executor = SQLiteExecutor(store)
+        executor = QueueDoor(store, deduplicate=False)
         rounds = []
         try:
-            while tasks := await executor.pop(target, limit=limit, now=utcnow(), caps=caps):
+            while tasks := await executor.pop(PopRequest(target, limit), now=utcnow(), caps=caps):
                 rounds.append([task["id"] for task in tasks])
         finally:
             await executor.close()
@@ -54,7 +55,8 @@ def popped_by_fresh_statements(store: Store, target: PopTarget, limit: int, caps
     rounds = []
     while True:
         with store.engine.begin() as conn:
-            statement = statements.pop(target, "sqlite", caps=caps, raw_data=True)  # built for this call
+            shape = PopShape(together=False, by_queue=target.queue is not None, fair=target.fair, caps=caps)
+            statement = build_pop(shape, "sqlite", raw_data=True)  # built for this call
             tasks = queues.run_pop(conn, statement, target, limit=limit, now=utcnow())
         if not tasks:
             return rounds

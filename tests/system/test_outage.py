@@ -21,7 +21,7 @@ import pytest
 from baton.core.model import utcnow
 from baton.core.queueing import PushRequest
 from baton.storage.engine import Store
-from baton.storage.executors import PostgresExecutor
+from baton.storage.queue_door import QueueDoor
 from harness.factories import add_organisation
 from harness.servers import ThrowawayPostgres
 from harness.waiting import free_port, wait_until
@@ -163,18 +163,18 @@ def test_a_connection_found_broken_replaces_the_pools_stale_ones(private_postgre
     store = Store(private_postgres.url)
     store.migrate()
     add_organisation(store, "acme")
-    executor = PostgresExecutor(store)
+    executor = QueueDoor(store)
     request = PushRequest(queue="boefje-acme", priority=1, data={})
 
     async def scenario() -> None:
         await executor.push(request, utcnow())  # opens the pool
-        await executor.pool.resize(min_size=4)
-        await executor.pool.wait()
-        assert executor.pool.get_stats()["pool_available"] >= 4  # every one of them goes stale below
+        await executor.link.pool.resize(min_size=4)
+        await executor.link.pool.wait()
+        assert executor.link.pool.get_stats()["pool_available"] >= 4  # every one of them goes stale below
         private_postgres.stop()
         with pytest.raises(Exception):  # noqa: B017 - the driver's error, however it is mapped
             await executor.push(request, utcnow())
-        assert executor.pool.get_stats().get("pool_available", 0) == 0, "stale connections left in the pool"
+        assert executor.link.pool.get_stats().get("pool_available", 0) == 0, "stale connections left in the pool"
         private_postgres.start()
         assert (await executor.push(request, utcnow())).created
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from baton.storage import statements
+from baton.storage import pops
 from baton.storage.tables import IS_QUEUED, QUEUED
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 CASES = {
-    "pop_queue.postgresql.sql": lambda: statements.pop_sql("postgresql"),
-    "pop_type_fair.postgresql.sql": lambda: statements.pop_sql("postgresql", by_type=True),
-    "pop_queue.sqlite.sql": lambda: statements.pop_sql("sqlite"),
+    "pop_queue.postgresql.sql": lambda: pops.pop_sql("postgresql"),
+    "pop_type_fair.postgresql.sql": lambda: pops.pop_sql("postgresql", by_type=True),
+    "pop_queue.sqlite.sql": lambda: pops.pop_sql("sqlite"),
 }
 
 
@@ -30,7 +30,7 @@ def test_pop_statement_matches_its_snapshot(name: str) -> None:
 
 
 def test_the_pop_keeps_its_guarantees_in_sql() -> None:
-    sql = statements.pop_sql("postgresql")
+    sql = pops.pop_sql("postgresql")
     assert "AS MATERIALIZED" in sql, "as a plain IN (subquery) PostgreSQL may dispatch more than `limit`"
     assert "FOR UPDATE SKIP LOCKED" in sql
     assert sql.count("tasks.status = 'queued'") == 2, "the claimed rows are checked again by the UPDATE"
@@ -42,12 +42,12 @@ def test_queries_use_the_same_predicate_as_the_partial_indexes() -> None:
 
 
 def test_a_fair_pop_orders_by_the_tag_and_a_strict_one_does_not() -> None:
-    assert "ORDER BY tasks.priority, tasks.fair_key, tasks.seq" in statements.pop_sql("postgresql", by_type=True)
-    strict = statements.pop_sql("postgresql", by_type=True, fair=False)
+    assert "ORDER BY tasks.priority, tasks.fair_key, tasks.seq" in pops.pop_sql("postgresql", by_type=True)
+    strict = pops.pop_sql("postgresql", by_type=True, fair=False)
     assert "ORDER BY tasks.priority, tasks.seq" in strict and "fair_key, tasks.seq" not in strict
 
 
 def test_the_documentation_quotes_the_real_pop_statement() -> None:
     page = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "queues.md"
-    quoted = f"```sql\n{statements.pop_sql('postgresql')}\n```"
+    quoted = f"```sql\n{pops.pop_sql('postgresql')}\n```"
     assert quoted in page.read_text(), f"{page.name}'s pop SQL is out of date"

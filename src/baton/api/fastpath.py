@@ -34,6 +34,7 @@ from baton.api.openkat import pop_target
 from baton.api.queues import push_task
 from baton.api.responses import OPTIONS, openkat_task_document, task_document
 from baton.api.schemas import MAX_LIST_LIMIT, PushIn
+from baton.core.queueing import PopRequest
 from baton.service.tokens import Scope as TokenScope
 from baton.service.tokens import grants
 
@@ -88,7 +89,7 @@ async def answer_pop(scope: Scope, body: bytes, send: Send) -> bool:
         return False
     target = queues.target(queue=parts[2]) if parts[1] == "queues" else pop_target(queues, parts[2])
     try:
-        tasks = await queues.pop(target, limit, None)
+        tasks = await queues.pop(PopRequest(target, limit))
     except Exception as exc:
         await answer_error(scope, exc, send)  # not the route: see the module's description
         return True

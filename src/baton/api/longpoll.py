@@ -1,4 +1,5 @@
-"""Long-poll pops (`?wait=seconds`) for both dialects: the parameter, its bound, and the client leaving.
+"""A pop request for both dialects: long-poll (`?wait=seconds`, its bound, the client leaving) and the
+idempotency key.
 
 A pop with `wait` goes through FastAPI's routes, never the fast path (which takes only plain pops):
 it may sleep for seconds, so the few microseconds saved would not matter.
@@ -8,16 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 
-from baton.api.schemas import ErrorOut
-from baton.core.filters import FilterTree
-from baton.core.queueing import PopTarget
+from baton.api.schemas import ErrorOut, PopIn, filter_tree
+from baton.core.queueing import PopRequest, PopTarget
 from baton.core.receipts import KEY_HEADER, KEY_MAX_LENGTH, KEY_PARAMETER, key_problem
-from baton.service.queues import QueueService
+from baton.core.settings import Settings
 
 WAIT_DESCRIPTION = (
     "Long-poll: when nothing is queued, wait up to this many seconds for a task and answer as soon as one "
@@ -54,8 +55,8 @@ def document_wait_maximum(app: FastAPI, maximum: float) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def check_wait(wait: float, queues: QueueService) -> None:
-    longest = queues.settings.pop_max_wait_seconds
+def check_wait(wait: float, settings: Settings) -> None:
+    longest = settings.pop_max_wait_seconds
     if wait > longest:
         problem = f"at most {longest:g} seconds (BATON_POP_MAX_WAIT_SECONDS)"
         raise RequestValidationError(
@@ -76,6 +77,21 @@ def pop_key(header: str | None, parameter: str | None = None) -> str | None:
     return header if header is not None else parameter
 
 
+def pop_request(
+    settings: Settings,
+    target: PopTarget,
+    limit: int,
+    body: PopIn | None,
+    wait: float,
+    key_header: str | None,
+    key_parameter: str | None = None,
+) -> PopRequest:
+    """The pop a route was asked for, its inputs checked (422 naming the one that is wrong)."""
+    check_wait(wait, settings)
+    key = pop_key(key_header, key_parameter)
+    return PopRequest(target, limit, filter_tree(body.filters) if body else None, wait, key)
+
+
 async def watch_disconnect(request: Request, gone: asyncio.Event) -> None:
     """Set `gone` when the client hangs up (the ASGI server says so as the next message)."""
     while True:
@@ -85,23 +101,16 @@ async def watch_disconnect(request: Request, gone: asyncio.Event) -> None:
             return
 
 
-async def pop_for(
-    request: Request,
-    queues: QueueService,
-    target: PopTarget,
-    limit: int,
-    tree: FilterTree | None,
-    wait: float,
-    key: str | None = None,
-) -> list[dict[str, Any]]:
-    """The pop a route asked for: at once, or waiting up to `wait` seconds while the client stays."""
-    check_wait(wait, queues)
+@contextlib.asynccontextmanager
+async def client_leaving(request: Request, wait: float) -> AsyncIterator[asyncio.Event | None]:
+    """While a long-poll pop waits, an event set when its client hangs up; None for a pop that does not wait."""
     if wait == 0:
-        return await queues.pop(target, limit, tree, key)
+        yield None
+        return
     gone = asyncio.Event()
     watcher = asyncio.ensure_future(watch_disconnect(request, gone))
     try:
-        return await queues.pop_waiting(target, limit, tree, wait=wait, gone=gone, key=key)
+        yield gone
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):

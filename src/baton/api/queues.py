@@ -13,11 +13,9 @@ from fastapi import Body, Request, Response, status
 from baton.api import routing, security
 from baton.api.deps import QueuesDep, Responses
 from baton.api.keyset import DEFAULT_LIMIT, Cursor, Limit, OrganisationSearch, PrefixSearch, link_next, page_request
-from baton.api.longpoll import TOO_MANY_WAITERS, KeyHeader, KeyParameter, Wait, pop_for, pop_key
+from baton.api.longpoll import TOO_MANY_WAITERS, KeyHeader, KeyParameter, Wait, client_leaving, pop_request
 from baton.api.responses import json_response, task_document
-from baton.api.schemas import ErrorOut, PopIn, PushIn, QueueOut, TaskOut, filter_tree
-from baton.core.jobs import recognised_job
-from baton.core.model import SchedulerSpec
+from baton.api.schemas import ErrorOut, PopIn, PushIn, QueueOut, TaskOut
 from baton.core.queueing import PushRequest
 from baton.service.queues import QueueService
 
@@ -69,29 +67,16 @@ async def push(queue_id: str, body: PushIn, queues: QueuesDep) -> Response:
 
 async def push_task(queues: QueueService, queue_id: str, body: PushIn) -> tuple[dict[str, Any], int]:
     """The push of the route and of the fast path (`fastpath.py`): the task document and its status."""
-    task_id = uuid.uuid4()
-    data, task_hash = body.data, body.hash
-    job = openkat_job(queue_id, body.data, task_id)
-    if job is not None:  # stored as OpenKAT's runners read it, whichever dialect pushed it
-        data, task_hash = job[0], body.hash or job[1]
     request = PushRequest(
         queue=queue_id,
         priority=body.priority,
-        data=data,
-        hash=task_hash,
+        data=body.data,
+        hash=body.hash,
         schedule_id=body.schedule_id,
-        task_id=task_id,
+        task_id=uuid.uuid4(),
     )
     result = await queues.push(request)
     return task_document(result.task), status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
-
-
-def openkat_job(queue_id: str, data: dict[str, Any], task_id: uuid.UUID) -> tuple[dict[str, Any], str] | None:
-    try:
-        kind = SchedulerSpec.parse(queue_id).type
-    except ValueError:
-        return None  # not a queue name: the push answers 404 below
-    return recognised_job(kind, data, task_id)
 
 
 @router.post(
@@ -112,7 +97,7 @@ async def pop(
     """Hand out the best queued task (now `dispatched`), or `null` when the queue is empty; with
     `wait`, an empty queue's answer waits until a task is queued or the time is up (long-poll). With
     an idempotency key, a retry answers the task the first attempt took."""
-    tree = filter_tree(body.filters) if body else None
-    key = pop_key(key_header, idempotency_key)
-    tasks = await pop_for(request, queues, queues.target(queue=queue_id), 1, tree, wait, key)
+    pop = pop_request(queues.settings, queues.target(queue=queue_id), 1, body, wait, key_header, idempotency_key)
+    async with client_leaving(request, pop.wait) as gone:
+        tasks = await queues.pop(pop, gone)
     return json_response(task_document(tasks[0]) if tasks else None)

@@ -4,7 +4,7 @@ as the documented models (schemas.TaskOut) would render them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -29,7 +29,7 @@ TASK_KEYS = (
 OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 
 
-def task_document(record: dict[str, Any]) -> dict[str, Any]:
+def task_document(record: Mapping[str, Any]) -> dict[str, Any]:
     """Baton's task shape (`/queues/...`): `scheduler_id` is the queue id; `data` left as raw JSON text."""
     document = {key: record[key] for key in TASK_KEYS if key != "queue"}
     document["queue"] = record["scheduler_id"]
@@ -38,7 +38,7 @@ def task_document(record: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-def openkat_task_document(record: dict[str, Any]) -> dict[str, Any]:
+def openkat_task_document(record: Mapping[str, Any]) -> dict[str, Any]:
     """OpenKAT's task shape (`/schedulers/...`, `/tasks/...`): `scheduler_id` is the scheduler OpenKAT
     knows (the task type: boefje, normalizer, report), the organisation a field of its own; Baton's
     queue id is in `queue`."""
@@ -52,6 +52,6 @@ def json_response(content: Any, status_code: int = 200, headers: dict[str, str] 
 
 
 def tasks_response(
-    records: Iterable[dict[str, Any]], shape: Callable[[dict[str, Any]], dict[str, Any]] = openkat_task_document
+    records: Iterable[Mapping[str, Any]], shape: Callable[[Mapping[str, Any]], dict[str, Any]] = openkat_task_document
 ) -> Response:
     return json_response({"results": [shape(record) for record in records]})

@@ -27,6 +27,10 @@ class InvalidTransitionError(ConflictError):
         self.requested = requested
 
 
+class TaskIdTakenError(ConflictError):
+    """A push chose a task id another task has."""
+
+
 class QueueDisabledError(ConflictError):
     """The queue's scheduler is disabled: it accepts no pushes."""
 

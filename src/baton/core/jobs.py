@@ -153,13 +153,13 @@ def boefje_job(
     )
 
 
-def recognised_job(kind: SchedulerType, data: dict[str, Any], task_id: uuid.UUID) -> tuple[dict[str, Any], str] | None:
-    """When `data` is a job of the queue's type (OpenKAT's shape), the document to store (carrying the
-    task's id where OpenKAT's runners expect it) and its hash; None for any other data, stored as is."""
+def recognised_job(kind: SchedulerType, data: dict[str, Any], task_id: uuid.UUID) -> Job | None:
+    """When `data` is a job of the queue's type (OpenKAT's shape), the job, carrying the task's id where
+    OpenKAT's runners expect it; None for any other data, stored as is."""
     try:
         job = JOB_MODELS[kind].model_validate(data)
     except ValidationError:
         return None
     if carries_its_task_id(kind):
         job.id = task_id  # type: ignore[attr-defined]
-    return job_document(job), job_hash(job)
+    return job

@@ -63,6 +63,15 @@ def scheduler_id_for(scheduler_type: SchedulerType | str, organisation: str) -> 
     return f"{SchedulerType(scheduler_type).value}-{organisation}"
 
 
+def queue_type(queue_id: str) -> SchedulerType | None:
+    """The type of the tasks a queue holds, from its id (`boefje-acme` -> boefje); None: not a queue id."""
+    kind = queue_id.partition("-")[0]
+    return SchedulerType(kind) if kind in _TYPES else None
+
+
+_TYPES = frozenset(kind.value for kind in SchedulerType)
+
+
 @dataclass(frozen=True, order=True)
 class SchedulerSpec:
     """One scheduler: an (organisation, type) pair; its id is its queue's id."""

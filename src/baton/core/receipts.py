@@ -19,6 +19,7 @@ names. Storage (`storage/receipts.py`) writes them; the queue service decides wh
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -71,7 +72,7 @@ class Settlement:
     task_ids: tuple[uuid.UUID, ...] | None = None
 
 
-def settlements_for(rows: list[dict[str, object]]) -> list[Settlement]:
+def settlements_for(rows: Sequence[Mapping[str, object]]) -> list[Settlement]:
     """The settlements that hand back popped rows (each row says its receipt, time and id): one per pop."""
     by_pop: dict[tuple[uuid.UUID, datetime], list[uuid.UUID]] = {}
     for row in rows:

@@ -14,8 +14,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
+from typing import Any
 
 from baton.core.cron import next_cron_run
+from baton.core.jobs import BoefjeJob, job_hash
+from baton.core.queueing import PushSchedule
 from baton.core.settings import Settings
 
 # Why a schedule was disabled (schedules.disabled_reason).
@@ -65,6 +68,22 @@ def first_rescan(
         cron=cron,
         interval_minutes=interval_minutes,
         rng=rng,
+    )
+
+
+def pushed_schedule(
+    settings: Settings, job: BoefjeJob, document: dict[str, Any], now: datetime, cron: str | None, interval: int | None
+) -> PushSchedule:
+    """The schedule a boefje task pushed from outside gets (rocky's manual run; a runner's hand-back
+    keeps its task's): due at the plugin's cron or interval, else after the grace period and jitter,
+    and its run recorded now, as every boefje task Baton plans."""
+    return PushSchedule(
+        hash=job_hash(job),
+        data=document,
+        deadline_at=first_rescan(settings, now, cron, interval),
+        cron=cron,
+        boefje_id=job.boefje.id,
+        object_key=job.input_ooi or None,
     )
 
 

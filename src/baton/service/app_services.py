@@ -17,7 +17,7 @@ from baton.service.queues import QueueService
 from baton.service.status import BrokerProbe, StatusService
 from baton.service.tokens import TokenCache
 from baton.storage.engine import Store as Store
-from baton.storage.executors import executor_for
+from baton.storage.queue_door import QueueDoor
 
 
 @dataclass(frozen=True)
@@ -39,9 +39,16 @@ class AppServices:
         self.tokens = TokenCache()
 
     def queue_service(self) -> QueueService:
-        """A queue service of its own: its executor's pool and wake-ups' listener belong to the event
-        loop that makes it (the server's), and are closed with it (`QueueService.close`)."""
-        return QueueService(self.store, self.settings, executor_for(self.store, self.settings.group_pops), self.metrics)
+        """A queue service of its own: its door's pool and wake-ups' listener belong to the event loop
+        that makes it (the server's), and are closed with it (`QueueService.close`)."""
+        settings = self.settings
+        door = QueueDoor(
+            self.store,
+            deduplicate=settings.openkat.deduplicate,
+            group_pops=settings.group_pops,
+            receipt_seconds=settings.pop_receipt_seconds,
+        )
+        return QueueService(self.store, settings, door, self.metrics)
 
     def status_service(self, queues: QueueService, broker: BrokerProbe | None) -> StatusService:
         return StatusService(self.store, self.settings, queues, self.metrics, broker)

@@ -4,13 +4,12 @@ Each HTTP dialect only translates paths and bodies; the rules live here or below
 on `data`, where a pop looks (one queue, or every queue of a type in fair or strict order), the
 caps of organisations with `max_in_flight`, the metrics every pop and push feeds, and long-poll.
 
-Long-poll (`pop_waiting`): a pop that finds nothing may wait for a task. It registers as a waiter,
-makes sure queued tasks are announced from then on, and pops again, so a task queued in between is
-not missed; then it sleeps until a wake-up
-names its queue (or its type), and pops again: the same pop statement, so no task is handed out
-twice. Wake-ups come from the database (storage/wakeups.py) and, for this process's own pushes and
-hand-backs, from here; each wakes one waiter of the queue and one of its type, which pass it on
-while they find tasks (see `Waiters`).
+Long-poll (a pop with `wait`): a pop that finds nothing may wait for a task. It registers as a
+waiter, makes sure queued tasks are announced from then on, and pops again, so a task queued in
+between is not missed; then it sleeps until a wake-up names its queue (or its type), and pops
+again: the same pop statement, so no task is handed out twice. Wake-ups come from the database
+(storage/wakeups.py) and, for this process's own pushes and hand-backs, from here; each wakes one
+waiter of the queue and one of its type, which pass it on while they find tasks (see `Waiters`).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -28,28 +27,24 @@ import orjson
 
 from baton.core import deadline
 from baton.core.errors import BatonError, NotFoundError, PayloadTooLargeError
-from baton.core.filters import FilterTree
-from baton.core.jobs import BoefjeJob, job_document, job_hash
+from baton.core.jobs import BoefjeJob, Job, job_document, job_hash, recognised_job
 from baton.core.listing import Page, PageRequest, cut_page
-from baton.core.model import SchedulerType, TaskStatus, utcnow
-from baton.core.queueing import PopTarget, PushRequest, PushResult
-from baton.core.receipts import KeyedPop, key_expires_at, key_scope
-from baton.core.rescans import first_rescan
+from baton.core.model import SchedulerType, TaskStatus, queue_type, utcnow
+from baton.core.queueing import PopRequest, PopTarget, PushRequest, PushResult, TaskRow
+from baton.core.rescans import pushed_schedule
 from baton.core.settings import Settings
-from baton.service.deduplicated_pop import deduplicated_pop
 from baton.service.metrics import Metrics
 from baton.service.receipts import Settler
 from baton.storage import listings
 from baton.storage import queues as queue_rows
 from baton.storage.engine import Session, Store
-from baton.storage.executors import QueueExecutor
 from baton.storage.organisations import adopt_organisation
-from baton.storage.rescans import KeptSchedule, keep_pushed_schedule, plugin_timing
+from baton.storage.queue_door import QueueDoor
 from baton.storage.scheduler_rows import get_scheduler
-from baton.storage.tasks import RECORD_COLUMNS, find_task
 from baton.storage.wakeups import Wakeups, wakeups_for
 
 CAPS_REFRESH_SECONDS = 2.0
+PLUGIN_TIMINGS_SECONDS = 5.0
 SCHEDULER_TYPES = frozenset(kind.value for kind in SchedulerType)
 
 
@@ -200,20 +195,21 @@ class QueueService:
         self,
         store: Store,
         settings: Settings,
-        executor: QueueExecutor,
+        door: QueueDoor,
         metrics: Metrics,
         wakeups: Wakeups | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
-        self.executor = executor
-        self.deduplicate = settings.openkat.deduplicate
+        self.door = door
         self.metrics = metrics
         self._caps_known_at = float("-inf")
         self._caps = False
+        self._timings_read_at = float("-inf")
+        self._timings: dict[str, tuple[str | None, int | None]] = {}
         self.waiters = Waiters(settings.pop_max_waiters, metrics.pop_waiters)
         self.wakeups = wakeups or wakeups_for(store, settings.pop_recheck_seconds)
-        self.settler = Settler(executor, settings.db_wait_seconds, metrics.handed_back)
+        self.settler = Settler(door, settings.db_wait_seconds, metrics.handed_back)
 
     def start(self) -> None:
         """Start listening for queued tasks (on the server's event loop)."""
@@ -233,26 +229,57 @@ class QueueService:
 
     async def _caps_in_use(self) -> bool:
         """Whether any organisation has a `max_in_flight` (checked every few seconds, not per pop;
-        through the executor: a blocking query here would stall every request on the event loop)."""
+        through the queue door: a blocking query here would stall every request on the event loop)."""
         if time.monotonic() - self._caps_known_at > CAPS_REFRESH_SECONDS:
             self._caps_known_at = time.monotonic()  # first: concurrent pops do not all ask at once
-            self._caps = await self.executor.any_caps()
+            self._caps = await self.door.any_caps()
         return self._caps
 
-    async def pop(
-        self, target: PopTarget, limit: int = 1, tree: FilterTree | None = None, key: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Hand out up to `limit` tasks (each to this caller only); [] when there are none. With an
-        idempotency `key` (checked by the caller: core/receipts.py), a pop that used the same key on the
-        same target within BATON_POP_RECEIPT_SECONDS answers again the tasks it took, not new ones.
+    async def pop(self, request: PopRequest, gone: asyncio.Event | None = None) -> list[TaskRow]:
+        """Hand out up to `request.limit` tasks (each to this caller only); [] when there are none. With
+        `request.wait`, a pop that finds nothing waits up to that many seconds for a task (long-poll): []
+        when none came, the client left (`gone`) or the server is stopping. With an idempotency key, a
+        pop that used the same key on the same target within BATON_POP_RECEIPT_SECONDS answers again the
+        tasks it took, not new ones (core/receipts.py).
 
-        An unknown queue raises NotFoundError (an empty one answers []). Within the request's deadline
-        (BATON_DB_WAIT_SECONDS), or DatabaseUnavailableError; a pop that failed or was given up leaves
-        its receipt to settle: its tasks, if it committed, go back to their queue."""
+        An unknown queue raises NotFoundError (an empty one answers []). Each attempt answers within the
+        request's deadline (BATON_DB_WAIT_SECONDS), or DatabaseUnavailableError. TooManyWaitersError when
+        it would wait and the process holds its limit of waiters."""
+        tasks = await self._attempt(request)
+        if tasks or request.wait <= 0 or self.waiters.closed:
+            return tasks
+        if self.waiters.full:
+            raise TooManyWaitersError(
+                f"wait: this server already holds {self.waiters.limit} waiting pops (BATON_POP_MAX_WAITERS); "
+                "pop again later, or without `wait`"
+            )
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + request.wait
+        with self.waiters.waiting(waiter_key(request.target), filtered=request.filters is not None) as waiter:
+            while True:
+                await self.wakeups.watch()  # from here on a queued task is announced (or `live` is False)
+                waiter.woken.clear()  # before the pop: a wake-up during the pop makes it look again
+                waiter.passes_on = True  # should the pop fail, another waiter looks instead
+                with deadline.starting(self._wait):  # each attempt after a wait has a deadline of its own
+                    tasks = await self._attempt(request)
+                if tasks and gone is not None and gone.is_set():
+                    self.hand_back(tasks)  # the client hung up meanwhile: nobody would receive them
+                    tasks = []
+                waiter.passes_on = bool(tasks)
+                remaining = ends - loop.time()
+                if tasks or remaining <= 0 or self.waiters.closed:
+                    return tasks
+                if not self.wakeups.live or (request.target.type is not None and self._caps):
+                    # No wake-up announces a finished task freeing an organisation's max_in_flight.
+                    remaining = min(remaining, self.settings.pop_recheck_seconds)
+                await sleep_until(waiter.woken, gone, remaining)
+                if gone is not None and gone.is_set():
+                    return []  # before popping: nobody would receive the task
+
+    async def _attempt(self, request: PopRequest) -> list[TaskRow]:
+        """One pop through the door, within the deadline in force. A pop that failed or was given up
+        leaves its receipt to settle: its tasks, if it committed, go back to their queue."""
         receipt, now = uuid.uuid4(), utcnow()
-        keyed = None
-        if key is not None:
-            keyed = KeyedPop(key_scope(target), key, key_expires_at(now, self.settings.pop_receipt_seconds))
 
         def late(rows: Any, error: BaseException | None) -> None:
             if error is None:
@@ -261,7 +288,7 @@ class QueueService:
                 self.settler.unknown(receipt, now)
 
         try:
-            return await deadline.within(self._pop(target, limit, tree, receipt, now, keyed), self._wait, late)
+            return await deadline.within(self._pop(request, receipt, now), self._wait, late)
         except NotFoundError:
             raise
         except deadline.TooLateError:
@@ -270,30 +297,13 @@ class QueueService:
             self.settler.unknown(receipt, now)  # it may have committed (an acknowledgement lost on the way)
             raise
 
-    async def _pop(
-        self,
-        target: PopTarget,
-        limit: int,
-        tree: FilterTree | None,
-        receipt: uuid.UUID,
-        now: datetime,
-        keyed: KeyedPop | None,
-    ) -> list[dict[str, Any]]:
+    async def _pop(self, request: PopRequest, receipt: uuid.UUID, now: datetime) -> list[TaskRow]:
         started = time.perf_counter()
+        target = request.target
         caps = target.type is not None and await self._caps_in_use()
-        tasks = await deduplicated_pop(  # mula's groups, where they apply
-            self.executor,
-            target,
-            enabled=self.deduplicate,
-            limit=limit,
-            now=now,
-            tree=tree,
-            caps=caps,
-            receipt=receipt,
-            keyed=keyed,
-        )
+        tasks = await self.door.pop(request, now=now, receipt=receipt, caps=caps)
         self.metrics.pop_latency.observe(time.perf_counter() - started)
-        if not tasks and target.queue is not None and not await self.executor.queue_exists(target.queue):
+        if not tasks and target.queue is not None and not await self.door.queue_exists(target.queue):
             raise NotFoundError(f"queue '{target.queue}' not found")
         self._count_pops(tasks, now)
         return tasks
@@ -302,99 +312,60 @@ class QueueService:
     def _wait(self) -> float:
         return self.settings.db_wait_seconds
 
-    def hand_back(self, tasks: Sequence[dict[str, Any]]) -> None:
+    def hand_back(self, tasks: Sequence[TaskRow]) -> None:
         """Popped tasks that will not reach their client (it left, the answer failed): back to their queue."""
         if tasks:
             self.settler.unanswered(tasks)
 
-    async def pop_waiting(
-        self,
-        target: PopTarget,
-        limit: int = 1,
-        tree: FilterTree | None = None,
-        *,
-        wait: float,
-        gone: asyncio.Event | None = None,
-        key: str | None = None,
-    ) -> list[dict[str, Any]]:
-        """`pop`, but with nothing to hand out wait up to `wait` seconds for a task (a long-poll);
-        [] when none came, the client left (`gone`) or the server is stopping. Each pop after a wait
-        has the database wait (BATON_DB_WAIT_SECONDS) of its own.
-
-        Raises TooManyWaitersError when it would wait and the process holds its limit of waiters."""
-        tasks = await self.pop(target, limit, tree, key)
-        if tasks or wait <= 0 or self.waiters.closed:
-            return tasks
-        if self.waiters.full:
-            raise TooManyWaitersError(
-                f"wait: this server already holds {self.waiters.limit} waiting pops (BATON_POP_MAX_WAITERS); "
-                "pop again later, or without `wait`"
-            )
-        loop = asyncio.get_running_loop()
-        ends = loop.time() + wait
-        with self.waiters.waiting(waiter_key(target), filtered=tree is not None) as waiter:
-            while True:
-                await self.wakeups.watch()  # from here on a queued task is announced (or `live` is False)
-                waiter.woken.clear()  # before the pop: a wake-up during the pop makes it look again
-                waiter.passes_on = True  # should the pop fail, another waiter looks instead
-                with deadline.starting(self._wait):
-                    tasks = await self.pop(target, limit, tree, key)
-                if tasks and gone is not None and gone.is_set():
-                    self.hand_back(tasks)  # the client hung up meanwhile: nobody would receive them
-                    tasks = []
-                waiter.passes_on = bool(tasks)
-                remaining = ends - loop.time()
-                if tasks or remaining <= 0 or self.waiters.closed:
-                    return tasks
-                if not self.wakeups.live or (target.type is not None and self._caps):
-                    # No wake-up announces a finished task freeing an organisation's max_in_flight.
-                    remaining = min(remaining, self.settings.pop_recheck_seconds)
-                await sleep_until(waiter.woken, gone, remaining)
-                if gone is not None and gone.is_set():
-                    return []  # before popping: nobody would receive the task
-
-    def _count_pops(self, tasks: Sequence[dict[str, Any]], now: datetime) -> None:
+    def _count_pops(self, tasks: Sequence[TaskRow], now: datetime) -> None:
         for task in tasks:
             pops, dwell = self.metrics.per_queue(task["scheduler_id"], task["organisation"], task["type"])
             pops.inc()
             dwell.observe(max(0.0, (now - task["created_at"]).total_seconds()))
 
     async def push(self, request: PushRequest) -> PushResult:
+        """A push in Baton's dialect. `data` that is the queue type's OpenKAT job is stored as OpenKAT's
+        runners read it (carrying the task's id where they expect it; OpenKAT's hash unless one is given),
+        and a boefje job gets its rescan schedule, as in OpenKAT's dialect (`push_job`)."""
+        kind = queue_type(request.queue)
+        job = None if kind is None or request.task_id is None else recognised_job(kind, request.data, request.task_id)
+        if job is not None:
+            request = replace(request, data=job_document(job), hash=request.hash or job_hash(job))
+        return await self.push_job(request, job)
+
+    async def push_job(self, request: PushRequest, job: Job | None) -> PushResult:
+        """Queue a task, `job` being its `data` read as OpenKAT's job (None: not one). A boefje job's task
+        is written with its rescan schedule, in the same statement: created or refreshed for its hash,
+        due at its plugin's cron or interval, else after the grace period (mula's post_push)."""
         check_data_size(request.data, self.settings.max_data_bytes)
-        result = await deadline.within(self.executor.push(request, utcnow()), self._wait)
+        if isinstance(job, BoefjeJob) and request.schedule is None:
+            cron, interval = (await self._plugin_timings()).get(job.boefje.id, (None, None))
+            schedule = pushed_schedule(self.settings, job, request.data, utcnow(), cron, interval)
+            request = replace(request, schedule=schedule)
+        result = await deadline.within(self.door.push(request, utcnow()), self._wait)
         self.metrics.pushes.labels(request.queue, "created" if result.created else "deduplicated").inc()
         if result.created and self.waiters.count:
             self._queued_here(request.queue)
         return result
 
-    async def keep_schedule(self, request: PushRequest, task: dict[str, Any]) -> None:
-        """A boefje task pushed from outside (rocky's manual run) gets its rescan schedule, as every boefje
-        task Baton plans does (mula's post_push): refreshed when the (boefje, object) has one already."""
-        try:
-            job = BoefjeJob.model_validate(request.data)
-        except ValueError:
-            return  # not OpenKAT's boefje job: nothing to rescan
-
-        def work() -> None:
-            now = utcnow()
-            with self.store.session() as session:
-                cron, interval = plugin_timing(session, job.boefje.id)
-                deadline = first_rescan(self.settings, now, cron, interval)
-                kept = KeptSchedule(job.organization, job_hash(job), job_document(job), deadline, cron)
-                keep_pushed_schedule(session, kept, uuid.UUID(str(task["id"])), now)
-
-        await asyncio.to_thread(work)
+    async def _plugin_timings(self) -> dict[str, tuple[str | None, int | None]]:
+        """The plugins' crons and intervals, read every few seconds, not per push (a plugin's new timing
+        reaches the schedules of pushes within PLUGIN_TIMINGS_SECONDS)."""
+        if time.monotonic() - self._timings_read_at > PLUGIN_TIMINGS_SECONDS:
+            self._timings_read_at = time.monotonic()  # first: concurrent pushes do not all ask at once
+            self._timings = await deadline.within(self.door.plugin_timings(), self._wait)
+        return self._timings
 
     async def change_status(self, task_id: uuid.UUID, status: TaskStatus) -> dict[str, Any]:
-        task = await deadline.within(self.executor.change_status(task_id, status, utcnow()), self._wait)
+        task = await deadline.within(self.door.change_status(task_id, status, utcnow()), self._wait)
         if status is TaskStatus.QUEUED and self.waiters.count:
             self._queued_here(task["scheduler_id"])
         return task
 
     async def task(self, task_id: uuid.UUID) -> dict[str, Any]:
         """One task as a record (`data` as JSON text), read as a PATCH writes it: one statement on the
-        executor, no thread hop (OpenKAT's runners read every task they pop); NotFoundError (404)."""
-        return await deadline.within(self.executor.task(task_id), self._wait)
+        queue door, no thread hop (OpenKAT's runners read every task they pop); NotFoundError (404)."""
+        return await deadline.within(self.door.task(task_id), self._wait)
 
     def _queued_here(self, queue_id: str) -> None:
         """A task this process queued wakes its waiters at once when no notification will (SQLite);
@@ -414,15 +385,12 @@ class QueueService:
 
         return await deadline.within(asyncio.to_thread(work), self._wait)
 
-    async def find(self, task_id: uuid.UUID) -> dict[str, Any] | None:
-        """One task as a record, or None (not on the hot path: a thread hop is fine)."""
-
-        def work() -> dict[str, Any] | None:
-            with self.store.session() as session:
-                row = find_task(session, task_id)
-                return None if row is None else {column: getattr(row, column) for column in RECORD_COLUMNS}
-
-        return await deadline.within(asyncio.to_thread(work), self._wait)
+    async def held(self, task_id: uuid.UUID) -> dict[str, Any] | None:
+        """One task as a record, or None when there is none."""
+        try:
+            return await self.task(task_id)
+        except NotFoundError:
+            return None
 
     # -- reading queues ----------------------------------------------------------------------------
     def queues_page(self, request: PageRequest) -> Page[QueueView]:
@@ -440,4 +408,4 @@ class QueueService:
         self.waiters.close()
         await self.settler.close()
         await self.wakeups.close()
-        await self.executor.close()
+        await self.door.close()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from baton.core.errors import DatabaseUnavailableError
@@ -47,7 +47,7 @@ class Settler:
         """A pop's outcome is unknown (it failed, or its answer was given up): settle its receipt."""
         self._add(Settlement(receipt, popped_at), again=True)
 
-    def unanswered(self, rows: Sequence[dict[str, Any]]) -> None:
+    def unanswered(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Popped rows that will not reach their client: hand them back."""
         for settlement in settlements_for(list(rows)):
             self._add(settlement, again=False)

@@ -17,7 +17,7 @@ from baton.core.errors import DuplicateTaskError, NotFoundError, QueueFullError
 from baton.core.fairness import fair_step, fair_tag
 from baton.core.model import TaskStatus
 from baton.core.queueing import Outcome, PushRequest, PushResult
-from baton.storage import statements
+from baton.storage import push_statements, statements
 from baton.storage.engine import on_postgresql
 from baton.storage.push import Executable, as_dict, push
 
@@ -98,7 +98,7 @@ class BatchPush:
 
     def _read_queue(self) -> None:
         name = self.requests[0].queue
-        queue = self.executable.execute(statements.queue_for_push(), {"queue_": name}).first()
+        queue = self.executable.execute(push_statements.queue_for_push(), {"queue_": name}).first()
         if queue is None:
             raise NotFoundError(f"queue '{name}' not found")
         self.queue = queue
@@ -111,7 +111,7 @@ class BatchPush:
         if not hashes:
             return
         params = {"queue_": self.queue.id, "hashes_": hashes}
-        for row in self.executable.execute(statements.queued_twins(), params):
+        for row in self.executable.execute(push_statements.queued_twins(), params):
             mapping = as_dict(row)
             fair_key = mapping.pop("fair_key")
             self.by_hash[mapping["hash"]] = _BatchTask(mapping["id"], mapping["priority"], fair_key, row=mapping)
@@ -119,7 +119,7 @@ class BatchPush:
     def _read_heads(self, priorities: Sequence[int]) -> None:
         params: dict[str, Any] = {"type_": self.queue.type}
         params.update({f"priority_{n}_": priority for n, priority in enumerate(priorities)})
-        for row in self.executable.execute(statements.head_tags(len(priorities)), params):
+        for row in self.executable.execute(push_statements.head_tags(len(priorities)), params):
             self.heads[row.priority] = None if row.head is None else int(row.head)
 
     def _head(self, priority: int) -> int:
@@ -208,7 +208,9 @@ class BatchPush:
     def _insert(self, tasks: list[_BatchTask]) -> None:
         dialect: statements.Dialect = "postgresql" if self.postgresql else "sqlite"
         rows = [task.new_row for task in tasks if task.new_row is not None]
-        answered = {row.id: as_dict(row) for row in self.executable.execute(statements.insert_tasks(dialect), rows)}
+        answered = {
+            row.id: as_dict(row) for row in self.executable.execute(push_statements.insert_tasks(dialect), rows)
+        }
         skipped: list[_BatchTask] = []
         for task in tasks:
             task.new_row = None
@@ -234,7 +236,8 @@ class BatchPush:
             params[f"id_{n}_"] = task.id
             params[f"priority_{n}_"] = task.priority
         answered = {
-            row.id: as_dict(row) for row in self.executable.execute(statements.reprioritise_tasks(len(tasks)), params)
+            row.id: as_dict(row)
+            for row in self.executable.execute(push_statements.reprioritise_tasks(len(tasks)), params)
         }
         for task in tasks:
             task.row = answered[task.id]

@@ -1,9 +1,9 @@
 """Queue operations on a SQLAlchemy session or connection: what the statements mean as results.
 
-The same functions serve a scheduler pushing inside its ingest transaction, the SQLite executor of
-the API, and tests. `executors.py` runs the same statements on psycopg's async pool for the API on
-PostgreSQL. A push is `push.py` (one task) or `batch_push.py` (many tasks of one queue), both
-named here too.
+The same functions serve a scheduler pushing inside its ingest transaction, the API's queue door on
+SQLite (and for what it sends in a transaction), and tests; the door sends the same statements on
+psycopg's async pool for the API on PostgreSQL (queue_door.py). A push is `push.py` (one task) or
+`batch_push.py` (many tasks of one queue), both named here too.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from sqlalchemy.exc import IntegrityError
 from baton.core.errors import ConflictError, DuplicateTaskError, NotFoundError
 from baton.core.lifecycle import check_transition
 from baton.core.model import TaskStatus
-from baton.core.queueing import PopTarget
+from baton.core.queueing import PopShape, PopTarget
 from baton.core.queueing import PushRequest as PushRequest
 from baton.core.queueing import PushResult as PushResult
 from baton.storage import statements
 from baton.storage.batch_push import push_many as push_many
 from baton.storage.engine import on_postgresql
+from baton.storage.pops import PopStatement, build_pop
 from baton.storage.push import Executable, as_dict
 from baton.storage.push import push as push
 from baton.storage.tables import IS_QUEUED, Task
@@ -45,15 +46,18 @@ def pop(
     caps: bool = False,
     raw_data: bool = False,
     receipt: uuid.UUID | None = None,
+    together: bool = False,
 ) -> list[dict[str, Any]]:
     """Hand out up to `limit` tasks, best first; each task to one caller only, whatever the number of
     concurrent callers (PostgreSQL: SKIP LOCKED; SQLite: writers are serialised). The tasks carry
-    `receipt` (a fresh one if None): the id of this pop (core/receipts.py)."""
+    `receipt` (a fresh one if None): the id of this pop (core/receipts.py). `together`: a boefje pop
+    that hands out the head task's deduplication group (pops.py)."""
     dialect: statements.Dialect = "postgresql" if on_postgresql(executable) else "sqlite"
+    shape = PopShape(together=together, by_queue=target.queue is not None, fair=target.fair, caps=caps)
     if condition is None:
-        statement = statements.plain_pop(target.queue is not None, target.fair, dialect, caps, raw_data)
+        statement = PopStatement(shape, raw_data).build(dialect)
     else:
-        statement = statements.pop(target, dialect, condition=condition, caps=caps, raw_data=raw_data)
+        statement = build_pop(shape, dialect, condition, raw_data)
     return run_pop(executable, statement, target, limit=limit, now=now, receipt=receipt)
 
 
@@ -66,7 +70,7 @@ def run_pop(
     now: datetime,
     receipt: uuid.UUID | None = None,
 ) -> list[dict[str, Any]]:
-    """Run a pop statement of `statements.pop` built for `target`'s kind."""
+    """Run a pop statement (pops.py) built for `target`'s kind."""
     params = {"queue_": target.queue, "type_": target.type, "limit_": limit, "now_": now, "receipt_": receipt}
     if receipt is None:
         params["receipt_"] = uuid.uuid4()
