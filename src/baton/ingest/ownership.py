@@ -23,7 +23,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from baton.core.errors import DatabaseUnavailableError
@@ -98,10 +98,10 @@ class _Holdings(dict[str, "_Held"]):
 class _Held:
     claim: Claim
     lessee: Lessee
-    state: str | None = None
     # When the scheduler last reported (a turn began), or, while it waits for its next turn, when
-    # that turn is due: waiting is not hanging, however long the pause.
-    progressed_at: float = field(default_factory=time.monotonic)
+    # that turn is due: waiting is not hanging, however long the pause. On the ownership's clock.
+    progressed_at: float
+    state: str | None = None
     # Between turns (its last turn ended, the next has not begun): past its due time it may only be
     # waiting for one of the process's threads, behind thousands of others after a burst of events.
     between_turns: bool = False
@@ -199,7 +199,7 @@ class Ownership:
             pending = self._pending.get(claim.scheduler_id)
             if pending is not None and pending[0] == claim:
                 del self._pending[claim.scheduler_id]
-            self._held[claim.scheduler_id] = _Held(claim, lessee)
+            self._held[claim.scheduler_id] = _Held(claim, lessee, progressed_at=self._clock())
             disabled = claim.scheduler_id in self._disabled
         if disabled:
             lessee.set_enabled(False)
