@@ -103,18 +103,31 @@ def test_a_pop_answered_with_an_error_leaves_no_task_dispatched(
 
 
 class SettlesLate:
-    """The settler's executor, refused (as in an outage) until `open`: a client reports meanwhile."""
+    """The settler's queue door, refused (as in an outage) until `open`: a client reports meanwhile."""
 
     def __init__(self, real: Any) -> None:
         self.real = real
         self.open = False
         self.refused = 0
 
-    async def settle(self, *args: Any) -> int:
+    def check(self) -> None:
         if not self.open:
             self.refused += 1
             raise DatabaseUnavailableError("database unavailable; retry later", "connection refused")
+
+    async def settle(self, *args: Any) -> int:
+        self.check()
         count: int = await self.real.settle(*args)
+        return count
+
+    async def settle_and_remember(self, *args: Any) -> int:
+        self.check()
+        count: int = await self.real.settle_and_remember(*args)
+        return count
+
+    async def settle_remembered(self, *args: Any) -> int:
+        self.check()
+        count: int = await self.real.settle_remembered(*args)
         return count
 
 
@@ -126,7 +139,7 @@ def test_a_task_a_client_reported_on_is_not_handed_back(
     push(store, "boefje-acme", priority=1, data={})
     push(store, "boefje-acme", priority=2, data={})
     settler = client.app.state.queues.settler  # type: ignore[attr-defined]
-    settler.executor = late = SettlesLate(settler.executor)
+    settler.door = late = SettlesLate(settler.door)
     assert client.post("/schedulers/boefje-acme/pop?limit=2").status_code == 503
     assert wait_until(lambda: late.refused > 0, 10)
     first, second = executor.committed

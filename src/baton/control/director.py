@@ -177,8 +177,7 @@ class Director(BackgroundService):
             report.requeued, report.failed = self.housekeeping.recover_stuck_tasks()
         # Outside the office: stepping down need not wait for it, and a removal after a lost term
         # does no harm (whoever leads next removes the same tasks, each once).
-        report.removed = self.housekeeping.remove_expired()
-        self.housekeeping.forget_expired_keys()
+        report.removed = self.housekeeping.tidy()
         return report
 
     def _renew_until_stopped(self) -> None:

@@ -1,5 +1,6 @@
-"""Housekeeping: re-queue tasks whose runner went silent, and remove finished tasks (and the inbox
-events consumed) past their retention (`BATON_TASK_RETENTION_DAYS`).
+"""Housekeeping: re-queue tasks whose runner went silent, remove finished tasks (and the inbox events
+consumed) past their retention (`BATON_TASK_RETENTION_DAYS`), and settle the pop receipts an API process
+remembered to settle once more but did not live to (service/receipts.py).
 
 The leading director does both in each of its rounds (control/director.py). Where no director runs
 (`baton worker`s share the schedulers), a `Housekeeper` in every worker does it, and one worker at a
@@ -31,7 +32,7 @@ from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
 from baton.storage.engine import Store
 from baton.storage.leadership import HOUSEKEEPER_LIVENESS_LOCK_KEY, HOUSEKEEPER_ROLE
-from baton.storage.receipts import delete_expired_keys
+from baton.storage.receipts import delete_expired_keys, settle_remembered
 from baton.storage.retention import delete_consumed_events, delete_finished
 from baton.storage.tasks import requeue_stuck
 
@@ -66,9 +67,24 @@ class Housekeeping:
 
     def round(self) -> HousekeepingReport:
         requeued, failed = self.recover_stuck_tasks()
+        return HousekeepingReport(requeued, failed, self.tidy())
+
+    def tidy(self) -> int:
+        """What a round does besides recovering stuck tasks: remove what retention no longer keeps (how
+        many tasks), forget expired idempotency keys, settle remembered pop receipts."""
         removed = self.remove_expired()
         self.forget_expired_keys()
-        return HousekeepingReport(requeued, failed, removed)
+        self.settle_remembered_pops()
+        return removed
+
+    def settle_remembered_pops(self) -> int:
+        """Pop receipts an API process remembered to settle once more and did not (it died): settled now
+        (service/receipts.py); how many tasks went back to their queue."""
+        with self.store.session() as session:
+            requeued = settle_remembered(session, utcnow())
+        if requeued:
+            log.info("handed back the tasks of pops whose API process did not settle them", tasks=requeued)
+        return requeued
 
     def forget_expired_keys(self) -> int:
         """Idempotency keys of pops past BATON_POP_RECEIPT_SECONDS (a few rows: one statement)."""

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from baton.core import deadline
-from baton.core.errors import BatonError, NotFoundError, PayloadTooLargeError
+from baton.core.errors import BatonError, DatabaseUnavailableError, NotFoundError, PayloadTooLargeError
 from baton.core.jobs import BoefjeJob, Job, job_document, job_hash, recognised_job
 from baton.core.listing import Page, PageRequest, cut_page
 from baton.core.model import SchedulerType, TaskStatus, queue_type, utcnow
@@ -285,16 +285,20 @@ class QueueService:
             if error is None:
                 self.settler.unanswered(rows)
             elif not isinstance(error, NotFoundError):
-                self.settler.unknown(receipt, now)
+                self.settler.unknown_soon(receipt, now)
 
         try:
             return await deadline.within(self._pop(request, receipt, now), self._wait, late)
         except NotFoundError:
             raise
-        except deadline.TooLateError:
-            raise  # `late` settles what the pop does when it ends
+        except DatabaseUnavailableError:
+            # It may have committed (an acknowledgement lost on the way), or may yet (given up at the
+            # deadline: `late` also settles what it does when it ends): settled, and remembered in the
+            # database for a second settling, before the client hears of it.
+            await self.settler.unknown(receipt, now)
+            raise
         except BaseException:
-            self.settler.unknown(receipt, now)  # it may have committed (an acknowledgement lost on the way)
+            self.settler.unknown_soon(receipt, now)
             raise
 
     async def _pop(self, request: PopRequest, receipt: uuid.UUID, now: datetime) -> list[TaskRow]:

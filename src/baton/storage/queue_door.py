@@ -150,6 +150,12 @@ class QueueDoor:
     async def settle(self, settlement: Settlement, now: datetime) -> int:
         return await self.link.transaction(lambda conn: receipts.settle(conn, settlement, now))
 
+    async def settle_and_remember(self, settlement: Settlement, now: datetime, again_at: datetime) -> int:
+        return await self.link.transaction(lambda conn: receipts.settle_and_remember(conn, settlement, now, again_at))
+
+    async def settle_remembered(self, receipt: uuid.UUID, now: datetime) -> int:
+        return await self.link.transaction(lambda conn: receipts.settle_remembered(conn, now, only=receipt))
+
     async def queue_exists(self, queue_id: str) -> bool:
         return bool(await self.link.fetch(QueueExists(), {"queue_": queue_id}))
 

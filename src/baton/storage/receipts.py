@@ -1,10 +1,11 @@
-"""Pop receipts in the database (the rules: core/receipts.py): settling a receipt, a pop that
-carries an idempotency key, and keys past their time.
+"""Pop receipts in the database (the rules: core/receipts.py): settling a receipt (and remembering to
+settle it once more, when its pop may still commit), a pop that carries an idempotency key, and keys
+past their time.
 
 Every pop statement stamps the tasks it hands out with its receipt (`tasks.receipt`, in the same
-UPDATE: statements.py); only what is rare lives here, on a SQLAlchemy connection in a transaction
-of its own: settling (after an error answer), keyed pops (a client that chose to pay a few more
-statements for retries that return the same tasks) and the housekeeping of keys.
+UPDATE: pops.py); only what is rare lives here, on a SQLAlchemy connection in a transaction of its
+own: settling (after an error answer), keyed pops (a client that chose to pay a few more statements
+for retries that return the same tasks) and the housekeeping of keys and remembered receipts.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from baton.core.receipts import KeyedPop, Settlement
 from baton.storage import queues, statements
 from baton.storage.engine import insert_for, on_postgresql
 from baton.storage.push import Executable, as_dict
-from baton.storage.tables import IS_DISPATCHED, PopReceipt, Task
+from baton.storage.tables import IS_DISPATCHED, PendingSettlement, PopReceipt, Task
 
 HANDED_BACK = "handed back: the pop's answer did not reach its client"
 SUPERSEDED = "handed back, but an identical task is queued already"
@@ -60,6 +61,32 @@ def settle(executable: Executable, settlement: Settlement, now: datetime) -> int
             taken.add((queue, task_hash))
         requeued += 1
     executable.execute(delete(PopReceipt).where(PopReceipt.receipt == settlement.receipt))
+    return requeued
+
+
+def settle_and_remember(executable: Executable, settlement: Settlement, now: datetime, again_at: datetime) -> int:
+    """`settle` a receipt whose pop may still commit, and remember to settle it once more at `again_at`
+    (any process does: `settle_remembered`). How many tasks went back now."""
+    requeued = settle(executable, settlement, now)
+    row = {"receipt": settlement.receipt, "popped_at": settlement.popped_at, "due_at": again_at}
+    insert = insert_for(executable)(PendingSettlement).values(**row)
+    executable.execute(insert.on_conflict_do_update(index_elements=[PendingSettlement.receipt], set_=row))
+    return requeued
+
+
+def settle_remembered(executable: Executable, now: datetime, only: uuid.UUID | None = None, limit: int = 100) -> int:
+    """Settle once more the remembered receipts due by `now` (`only`: that one, whenever it is due) and
+    forget them; how many tasks went back. Concurrent callers skip each other's rows."""
+    due = select(PendingSettlement.receipt, PendingSettlement.popped_at)
+    due = (
+        due.where(PendingSettlement.receipt == only) if only is not None else due.where(PendingSettlement.due_at <= now)
+    )
+    if on_postgresql(executable):
+        due = due.with_for_update(skip_locked=True)
+    requeued = 0
+    for receipt, popped_at in executable.execute(due.order_by(PendingSettlement.due_at).limit(limit)).all():
+        requeued += settle(executable, Settlement(receipt, popped_at), now)
+        executable.execute(delete(PendingSettlement).where(PendingSettlement.receipt == receipt))
     return requeued
 
 

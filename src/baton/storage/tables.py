@@ -306,6 +306,19 @@ class PopReceipt(Base):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
 
 
+class PendingSettlement(Base):
+    """A pop receipt to settle once more at `due_at` (core/receipts.py): its pop's outcome was unknown
+    when it was first settled, so its statement may still commit. Written when the receipt is first
+    settled, so whichever process comes next (the popping one, or any housekeeper if it died) settles
+    it: nothing waits in one process's memory for the task timeout."""
+
+    __tablename__ = "pending_settlements"
+
+    receipt: Mapped[uuid.UUID] = mapped_column(Uuid(), primary_key=True)
+    popped_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    due_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+
+
 class Plugin(Base):
     """Catalogue entry: a boefje consumes object types, a normalizer consumes mime types."""
 
