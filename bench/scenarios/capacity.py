@@ -6,7 +6,7 @@ OpenKAT's runners report the end of a task), HTTP GET of a task (OpenKAT's runne
 the last PATCH), and the raw-SQL baselines of each (Baton's own pop and status statements, the push's
 INSERT, a SELECT by id) via psycopg. Around each series the CPU time of the API process
 tree, of the PostgreSQL server (the postmaster and all its children: it must be PostgreSQL of its own,
-on this machine) and of the load generator is read from /proc (`bench.cputime`), and the WAL written
+on this machine) and of the load generator is read from /proc (`harness.cputime`), and the WAL written
 (`pg_current_wal_lsn()`): operations per CPU-second (per core at 100 % use) and WAL bytes per
 operation, which the machine's noise distorts far less than it distorts rates.
 
@@ -27,7 +27,6 @@ from typing import Any
 from baton.core.model import TaskStatus
 from baton.storage import statements
 from bench import taskids
-from bench.cputime import own_seconds, parent_of, snapshot, stat, tree_seconds
 from bench.loadgen import Rate, Request, measure
 from bench.scenarios.common import (
     ORG,
@@ -45,6 +44,7 @@ from bench.scenarios.common import (
 )
 from bench.scenarios.push import http_push, raw_insert
 from bench.scenarios.table_growth import growth
+from harness.cputime import own_seconds, parent_of, snapshot, stat, tree_seconds
 
 CLIENTS = 8
 BATCH = 10

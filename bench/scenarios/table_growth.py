@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 
 from baton.core.model import utcnow
 from baton.storage.retention import delete_finished
-from bench.cputime import tree_seconds
 from bench.scenarios.common import Context, add_organisations, connect, fresh_database, wal_position
+from harness.cputime import tree_seconds
 
 RETENTION_BATCH = 1_000  # as the housekeeper deletes
 

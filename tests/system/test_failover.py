@@ -12,9 +12,9 @@ import os
 import pytest
 
 from baton.storage.urls import libpq_conninfo
-from bench.failover import cluster
-from bench.failover.load import Baton
-from bench.failover.run import SCENARIOS, run_scenario
+from harness.failover import cluster
+from harness.failover.load import Baton
+from harness.failover.scenarios import SCENARIOS, run_scenario
 
 
 def test_a_planned_failover_loses_and_duplicates_nothing() -> None:

@@ -1,4 +1,4 @@
-"""bench.cputime: a process tree's CPU time counts live descendants and children already waited for
+"""harness.cputime: a process tree's CPU time counts live descendants and children already waited for
 (the capacity benchmark reads the API's and PostgreSQL's CPU this way)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from bench.cputime import parent_of, snapshot, tree_seconds
+from harness.cputime import parent_of, snapshot, tree_seconds
 
 # Burns 0.3 s of its own CPU time (whatever the machine's load), says so, then waits for stdin. The kernel
 # accounts CPU time by sampling at clock ticks, so /proc may show a little less: the checks ask for 0.2.

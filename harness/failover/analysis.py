@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from bench.failover.load import Answer, ProbeRecord
+from harness.failover.load import Answer, ProbeRecord
 
 WARNING = re.compile(r"\[warn(ing)?\s*\]|\bWARNING\b|\"level\": ?\"warning\"")
 TRACEBACK = "Traceback (most recent call last)"
