@@ -6,6 +6,8 @@ Time runs on the test's clock (short settings, no sleeps)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -320,26 +322,26 @@ def test_a_pushed_boefje_task_and_its_schedule_are_written_together_or_not_at_al
     trigger refuses it, as a process dying between two commits would leave it), no task is queued
     without its schedule either."""
     client.post("/organisations", json={"id": "acme", "name": "Acme"}).raise_for_status()
-    refuse_schedules(store)
     run = {
         "scheduler_id": "boefje",
         "organisation": "acme",
         "priority": 1,
         "data": {"boefje": {"id": "dns-records", "name": "DNS"}, "input_ooi": HOST, "organization": "acme"},
     }
-    with pytest.raises(Exception, match="no schedules today"):
+    with refusing_schedules(store), pytest.raises(Exception, match="no schedules today"):
         client.post("/schedulers/boefje/push", json=run)
     with store.session() as session:
         assert session.scalar(select(func.count()).select_from(Task)) == 0
         assert session.scalar(select(func.count()).select_from(BoefjeRun)) == 0
 
 
-def refuse_schedules(store: Store) -> None:
-    """A trigger that makes every write of a schedule fail."""
+@contextmanager
+def refusing_schedules(store: Store) -> Iterator[None]:
+    """While inside, a trigger makes every write of a schedule fail."""
     with store.engine.begin() as conn:
         if store.is_postgresql:
             conn.exec_driver_sql(
-                "CREATE FUNCTION refuse_schedule() RETURNS trigger LANGUAGE plpgsql AS "
+                "CREATE OR REPLACE FUNCTION refuse_schedule() RETURNS trigger LANGUAGE plpgsql AS "
                 "$$ BEGIN RAISE EXCEPTION 'no schedules today'; END $$"
             )
             conn.exec_driver_sql(
@@ -347,8 +349,14 @@ def refuse_schedules(store: Store) -> None:
                 "FOR EACH ROW EXECUTE FUNCTION refuse_schedule()"
             )
         else:
-            for event in ("INSERT", "UPDATE"):
-                conn.exec_driver_sql(
-                    f"CREATE TRIGGER refuse_schedule_{event.lower()} BEFORE {event} ON schedules "
-                    "BEGIN SELECT RAISE(ABORT, 'no schedules today'); END"
-                )
+            conn.exec_driver_sql(
+                "CREATE TRIGGER refuse_schedule BEFORE INSERT ON schedules "
+                "BEGIN SELECT RAISE(ABORT, 'no schedules today'); END"
+            )
+    try:
+        yield
+    finally:
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql(
+                "DROP TRIGGER IF EXISTS refuse_schedule" + (" ON schedules" if store.is_postgresql else "")
+            )
