@@ -18,24 +18,6 @@ from baton.core.filters import FilterTree
 
 Outcome = Literal["created", "updated", "duplicate"]
 
-# A task as every statement returns it, in this order: the one list of a task's public columns (storage
-# selects them, the API answers them).
-TASK_FIELDS = (
-    "id",
-    "scheduler_id",
-    "schedule_id",
-    "organisation",
-    "type",
-    "priority",
-    "status",
-    "hash",
-    "data",
-    "attempts",
-    "reason",
-    "created_at",
-    "modified_at",
-)
-
 
 class TaskRow(TypedDict):
     """One task as storage returns it. `data` is JSON text where the answer passes it through untouched
@@ -54,6 +36,11 @@ class TaskRow(TypedDict):
     reason: str | None
     created_at: datetime
     modified_at: datetime
+
+
+# A task's public columns, in this order: what every statement returns about a task and every answer
+# shows (with the queue's id).
+TASK_FIELDS: tuple[str, ...] = tuple(TaskRow.__annotations__)
 
 
 @dataclass(frozen=True)

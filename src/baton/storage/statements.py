@@ -32,6 +32,7 @@ from sqlalchemy.dialects import sqlite
 
 from baton.core.lifecycle import may_precede
 from baton.core.model import TaskStatus
+from baton.core.queueing import TASK_FIELDS
 from baton.storage.tables import (
     IS_QUEUED,
     BoefjeRun,
@@ -54,23 +55,8 @@ Dialect = Literal["postgresql", "sqlite"]
 def task_columns(raw_data: bool = False) -> list[Any]:
     """What every statement returns about a task. `raw_data`: `data` as JSON text, not parsed, for
     answers that pass it through to the client untouched."""
-    c = TASKS.c
-    data: Any = cast(c.data, Text).label("data") if raw_data else c.data
-    return [
-        c.id,
-        c.scheduler_id,
-        c.schedule_id,
-        c.organisation,
-        c.type,
-        c.priority,
-        c.status,
-        c.hash,
-        data,
-        c.attempts,
-        c.reason,
-        c.created_at,
-        c.modified_at,
-    ]
+    data: Any = cast(TASKS.c.data, Text).label("data") if raw_data else TASKS.c.data
+    return [data if name == "data" else TASKS.c[name] for name in TASK_FIELDS]
 
 
 # -- status changes ------------------------------------------------------------------------------------

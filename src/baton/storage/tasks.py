@@ -10,26 +10,10 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from baton.core.model import TaskStatus, utcnow
+from baton.core.queueing import TASK_FIELDS
 from baton.storage import statements
 from baton.storage.queues import unknown_task
 from baton.storage.tables import Task
-
-# A task as the statements return it (RETURNING columns), for answers built from ORM rows too.
-RECORD_COLUMNS = (
-    "id",
-    "scheduler_id",
-    "schedule_id",
-    "organisation",
-    "type",
-    "priority",
-    "status",
-    "hash",
-    "data",
-    "attempts",
-    "reason",
-    "created_at",
-    "modified_at",
-)
 
 
 def find_task(session: Session, task_id: uuid.UUID) -> Task | None:
@@ -44,7 +28,7 @@ def get_task(session: Session, task_id: uuid.UUID) -> Task:
 
 
 def record(task: Task) -> dict[str, Any]:
-    return {column: getattr(task, column) for column in RECORD_COLUMNS}
+    return {column: getattr(task, column) for column in TASK_FIELDS}
 
 
 def requeue_stuck(session: Session, *, older_than: datetime, max_attempts: int, limit: int = 500) -> tuple[int, int]:
