@@ -25,7 +25,7 @@ from baton.service.metrics import Metrics
 from baton.service.operator import OperatorActions
 from baton.service.queues import QueueService, queue_views_of
 from baton.service.status.control_plane import BrokerProbe, BrokerQueues, ControlPlane, read_control_plane
-from baton.service.status.overview import FAILED_WINDOW, Overview, organisation_rows, queue_statuses, sum_totals
+from baton.service.status.overview import FAILED_WINDOW, Overview, Totals, organisation_rows, queue_statuses
 from baton.service.status.rates import RateSampler
 from baton.service.status.scheduler_views import SchedulerPage, scheduler_page
 from baton.service.status.snapshot import SnapshotCache, take_snapshot
@@ -84,7 +84,7 @@ class StatusService:
             generated_at=now,
             estate=snapshot.estate,
             estate_taken_at=snapshot.taken_at,
-            total=sum_totals("all", snapshot.by_type),
+            total=Totals.summed("all", snapshot.by_type),
             by_type=snapshot.by_type,
             organisations=organisation_rows(names, statuses),
             organisations_total=snapshot.estate.organisations,

@@ -43,6 +43,12 @@ class QueueStatus:
     full: bool
     enabled: bool
 
+    def totals(self) -> Totals:
+        """This one queue as totals."""
+        return Totals(
+            self.id, self.queued, self.in_flight, self.failed_last_hour, self.oldest_queued_seconds, int(self.full), 1
+        )
+
 
 @dataclass(frozen=True)
 class Totals:
@@ -57,17 +63,18 @@ class Totals:
     queues: int
 
     @classmethod
-    def of(cls, name: str, queues: Iterable[QueueStatus]) -> Totals:
-        queues = list(queues)
-        ages = [queue.oldest_queued_seconds for queue in queues if queue.oldest_queued_seconds is not None]
+    def summed(cls, name: str, rows: Iterable[Totals]) -> Totals:
+        """The sum of totals (of queues, of types): counts add up, the oldest age is the largest."""
+        rows = list(rows)
+        ages = [row.oldest_queued_seconds for row in rows if row.oldest_queued_seconds is not None]
         return cls(
             name=name,
-            queued=sum(queue.queued for queue in queues),
-            in_flight=sum(queue.in_flight for queue in queues),
-            failed_last_hour=sum(queue.failed_last_hour for queue in queues),
+            queued=sum(row.queued for row in rows),
+            in_flight=sum(row.in_flight for row in rows),
+            failed_last_hour=sum(row.failed_last_hour for row in rows),
             oldest_queued_seconds=max(ages) if ages else None,
-            full_queues=sum(queue.full for queue in queues),
-            queues=len(queues),
+            full_queues=sum(row.full_queues for row in rows),
+            queues=sum(row.queues for row in rows),
         )
 
 
@@ -135,25 +142,20 @@ def type_rows(session: Session, failed: dict[str, int], now: datetime) -> list[T
     return rows
 
 
-def sum_totals(name: str, rows: Sequence[Totals]) -> Totals:
-    ages = [row.oldest_queued_seconds for row in rows if row.oldest_queued_seconds is not None]
-    return Totals(
-        name=name,
-        queued=sum(row.queued for row in rows),
-        in_flight=sum(row.in_flight for row in rows),
-        failed_last_hour=sum(row.failed_last_hour for row in rows),
-        oldest_queued_seconds=max(ages) if ages else None,
-        full_queues=sum(row.full_queues for row in rows),
-        queues=sum(row.queues for row in rows),
-    )
-
-
 def organisation_rows(organisations: Sequence[str], statuses: Sequence[QueueStatus]) -> list[OrganisationStatus]:
     """The page's organisations in page order, each with its queues by type."""
     by_organisation: dict[str, list[QueueStatus]] = {name: [] for name in organisations}
     for status in statuses:
         by_organisation.setdefault(status.organisation, []).append(status)
     return [
-        OrganisationStatus(name, Totals.of(name, queues), sorted(queues, key=lambda queue: queue.type))
+        OrganisationStatus(
+            name,
+            Totals.summed(name, (queue.totals() for queue in queues)),
+            sorted(queues, key=lambda queue: queue.type),
+        )
         for name, queues in by_organisation.items()
     ]
+
+
+def sorted_by_type(queues: Iterable[QueueStatus]) -> list[QueueStatus]:
+    return sorted(queues, key=lambda queue: queue.type)
