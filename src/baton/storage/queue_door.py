@@ -119,7 +119,9 @@ class QueueDoor:
                 until = deadline.current(CONNECTION_WAIT_SECONDS)
 
                 async def claim(count: int) -> Rows:
-                    return await self.link.fetch(statement, {**params, "limit_": count}, until)
+                    # In hand-out order before the batch shares the rows out among its waiters.
+                    rows = await self.link.fetch(statement, {**params, "limit_": count}, until)
+                    return queues.sort_popped(rows, target)
 
                 rows = await self.batcher.pop(target, limit, claim)
             else:
