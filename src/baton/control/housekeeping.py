@@ -1,5 +1,6 @@
-"""Housekeeping: re-queue tasks whose runner went silent, and remove finished tasks (and the inbox
-events consumed) past their retention (`BATON_TASK_RETENTION_DAYS`).
+"""Housekeeping: re-queue tasks whose runner went silent, and remove finished tasks and the inbox
+events consumed past their retention (`BATON_TASK_RETENTION_DAYS`, off by default;
+`BATON_EVENT_RETENTION_DAYS`).
 
 The leading director does both in each of its rounds (control/director.py). Where no director runs
 (`baton worker`s share the schedulers), a `Housekeeper` in every worker does it, and one worker at a
@@ -86,18 +87,24 @@ class Housekeeping:
         return requeued, failed
 
     def remove_expired(self, seconds: float = RETENTION_SECONDS_PER_ROUND) -> int:
-        """Remove finished tasks past their retention, batch by batch, for about `seconds` at most
-        (the rest waits for the next round); how many were removed."""
-        cutoff = retention_cutoff(utcnow(), self.settings.recovery.task_retention_days)
-        if cutoff is None:
+        """Remove finished tasks past their retention (BATON_TASK_RETENTION_DAYS) and consumed events past
+        theirs (BATON_EVENT_RETENTION_DAYS), batch by batch, for about `seconds` at most (the rest waits
+        for the next round); how many tasks were removed."""
+        now, recovery = utcnow(), self.settings.recovery
+        task_cutoff = retention_cutoff(now, recovery.task_retention_days)
+        event_cutoff = retention_cutoff(now, recovery.event_retention_days)
+        if task_cutoff is None and event_cutoff is None:
             return 0
         deadline = self._clock() + seconds
         removed = events = 0
         while not self._stop.is_set():
             started = self._clock()
+            batch = event_batch = 0
             with self.store.session() as session:
-                batch = delete_finished(session, cutoff, RETENTION_BATCH)
-                event_batch = delete_consumed_events(session, cutoff, RETENTION_BATCH)
+                if task_cutoff is not None:
+                    batch = delete_finished(session, task_cutoff, RETENTION_BATCH)
+                if event_cutoff is not None:
+                    event_batch = delete_consumed_events(session, event_cutoff, RETENTION_BATCH)
             removed += batch
             events += event_batch
             pause = pause_after(self._clock() - started, RETENTION_SHARE)

@@ -176,12 +176,20 @@ class RecoverySettings(BaseSettings):
         3, ge=1, description="Re-queues before a stuck task is marked `failed` with the reason."
     )
     task_retention_days: int = Field(
+        0,
+        ge=0,
+        description="0 (the default) keeps every task, as mula does. Otherwise completed, failed and cancelled "
+        "tasks are deleted this many days after their last change, in small batches beside the pops and pushes; "
+        "OpenKAT's web UI then no longer lists or counts them, and their pages (and the reschedule of an old "
+        "task) answer 'not found'. Schedules and the record of when each boefje last ran on an object (rescans, "
+        "the grace period) are kept.",
+    )
+    event_retention_days: int = Field(
         30,
         ge=0,
-        description="Completed, failed and cancelled tasks (and consumed inbox events) are deleted this many "
-        "days after their last change, in small batches beside the pops and pushes; 0 keeps every task. "
-        "Schedules and the record of when each "
-        "boefje last ran on an object (rescans, the grace period) are kept.",
+        description="Inbox events a scheduler consumed (made into tasks, or kept as dead letters) are deleted this "
+        "many days after they were consumed, whatever the tasks' retention; 0 keeps them. Events not yet consumed "
+        "are never deleted.",
     )
 
 
