@@ -223,7 +223,7 @@ def test_the_leading_director_removes_expired_tasks(store: Store) -> None:
 def test_one_housekeeper_at_a_time_and_another_takes_over_when_it_stops(store: Store) -> None:
     """Workers have no director: their housekeepers share a lease; the holder recovers stuck tasks
     and removes expired ones, the others wait, and one of them takes over when the holder stops."""
-    stuck = add_tasks(store, 2, TaskStatus.RUNNING, timedelta(hours=2))
+    stuck = add_tasks(store, 2, TaskStatus.DISPATCHED, timedelta(hours=2))
     add_tasks(store, 3, TaskStatus.COMPLETED, OLD)
     settings = settings_for(store)
     first = Housekeeper(store, settings, holder="worker-1")
@@ -235,7 +235,9 @@ def test_one_housekeeper_at_a_time_and_another_takes_over_when_it_stops(store: S
         with store.session() as session:
             holder = leadership(session, HOUSEKEEPER_ROLE)
             assert holder is not None and holder.holder == "worker-1"
-        assert remaining(store) == {task_id: "queued" for task_id in stuck}
+        left = remaining(store)  # each stuck task cancelled, and handed out again as a new one
+        assert {left[task_id] for task_id in stuck} == {"cancelled"}
+        assert sorted(left.values()) == ["cancelled", "cancelled", "queued", "queued"]
 
         first.stop()  # gives the lease up
         add_tasks(store, 1, TaskStatus.FAILED, OLD)

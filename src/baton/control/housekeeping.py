@@ -1,4 +1,4 @@
-"""Housekeeping: re-queue tasks whose runner went silent, and remove finished tasks and the inbox
+"""Housekeeping: recover tasks nobody reports on (core/recovery.py), and remove finished tasks and the inbox
 events consumed past their retention (`BATON_TASK_RETENTION_DAYS`, off by default;
 `BATON_EVENT_RETENTION_DAYS`).
 
@@ -20,13 +20,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 
 from baton.control.leadership import DatabaseLeaseLeader, LeaderElector
 from baton.core.errors import DatabaseUnavailableError
 from baton.core.identity import process_location
 from baton.core.logging import get_logger
 from baton.core.model import utcnow
+from baton.core.recovery import RecoveryRule
 from baton.core.retention import pause_after, retention_cutoff
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
@@ -34,7 +34,7 @@ from baton.storage.engine import Store
 from baton.storage.leadership import HOUSEKEEPER_LIVENESS_LOCK_KEY, HOUSEKEEPER_ROLE
 from baton.storage.receipts import delete_expired_keys
 from baton.storage.retention import delete_consumed_events, delete_finished
-from baton.storage.tasks import requeue_stuck
+from baton.storage.tasks import recover_stuck
 
 log = get_logger("baton.housekeeping")
 
@@ -64,6 +64,7 @@ class Housekeeping:
         self.settings = settings
         self._stop = stop or threading.Event()  # cuts a round's pauses short
         self._clock = clock
+        self.rule = RecoveryRule.from_settings(settings)
 
     def round(self) -> HousekeepingReport:
         requeued, failed = self.recover_stuck_tasks()
@@ -77,11 +78,10 @@ class Housekeeping:
             return delete_expired_keys(session, utcnow())
 
     def recover_stuck_tasks(self) -> tuple[int, int]:
-        """Re-queue tasks whose runner went silent (SKIP LOCKED: safe even if two leaders overlap)."""
-        recovery = self.settings.recovery
-        cutoff = utcnow() - timedelta(seconds=recovery.task_timeout_seconds)
+        """Hand out again the dispatched tasks nobody started, fail the running ones past their limit
+        (core/recovery.py; SKIP LOCKED: safe even if two leaders overlap). (handed out again, failed)."""
         with self.store.control_session() as session:
-            requeued, failed = requeue_stuck(session, older_than=cutoff, max_attempts=recovery.task_max_attempts)
+            requeued, failed = recover_stuck(session, self.rule, utcnow())
         if requeued or failed:
             log.warning("recovered stuck tasks", requeued=requeued, failed=failed)
         return requeued, failed
