@@ -1,4 +1,5 @@
-"""Housekeeping: recover tasks nobody reports on (core/recovery.py), and remove finished tasks and the inbox
+"""Housekeeping: recover tasks nobody reports on (core/recovery.py), settle retired organisations
+(storage/organisation_sync.py), and remove finished tasks and the inbox
 events consumed past their retention (`BATON_TASK_RETENTION_DAYS`, off by default;
 `BATON_EVENT_RETENTION_DAYS`).
 
@@ -32,6 +33,7 @@ from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
 from baton.storage.engine import Store
 from baton.storage.leadership import HOUSEKEEPER_LIVENESS_LOCK_KEY, HOUSEKEEPER_ROLE
+from baton.storage.organisation_sync import settle_retired
 from baton.storage.receipts import delete_expired_keys
 from baton.storage.retention import delete_consumed_events, delete_finished
 from baton.storage.tasks import recover_stuck
@@ -68,6 +70,7 @@ class Housekeeping:
 
     def round(self) -> HousekeepingReport:
         requeued, failed = self.recover_stuck_tasks()
+        self.settle_retired_organisations()
         removed = self.remove_expired()
         self.forget_expired_keys()
         return HousekeepingReport(requeued, failed, removed)
@@ -85,6 +88,16 @@ class Housekeeping:
         if requeued or failed:
             log.warning("recovered stuck tasks", requeued=requeued, failed=failed)
         return requeued, failed
+
+    def settle_retired_organisations(self) -> tuple[int, int]:
+        """Retired organisations keep nothing queued and nothing claimed (storage/organisation_sync.py):
+        a task back in a retired queue since (a runner handed it back, recovery handed it out again) is
+        cancelled, a claim taken meanwhile revoked. (cancelled, revoked)."""
+        with self.store.control_session() as session:
+            cancelled, revoked = settle_retired(session, utcnow())
+        if cancelled or revoked:
+            log.info("settled retired organisations", cancelled_tasks=cancelled, revoked_claims=revoked)
+        return cancelled, revoked
 
     def remove_expired(self, seconds: float = RETENTION_SECONDS_PER_ROUND) -> int:
         """Remove finished tasks past their retention (BATON_TASK_RETENTION_DAYS) and consumed events past
