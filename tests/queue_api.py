@@ -27,7 +27,7 @@ __all__ = [
     "push",
     "queue_size",
 ]
-requeue_stuck = tasks.requeue_stuck
+recover_stuck = tasks.recover_stuck
 get_task = tasks.get_task
 
 

@@ -27,7 +27,7 @@ from baton.openkat import KatalogusClient, OctopoesClient
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
 from harness.standins import OctopoesStandin, StandinServer
-from tests.integration.test_katalogus_organisations import LEASES, Ticker, organisations
+from tests.integration.test_katalogus_organisations import LEASES, Ticker, organisations, retired
 from tests.integration.test_openkat_clients import katalogus_url
 from tests.katalogus_world import POLL_SECONDS, Clock, client, octopoes_mutation, queued, run_until_idle
 
@@ -203,7 +203,7 @@ def test_settings_put_through_katalogus_api_decide_the_duplicates_baton_reads(es
 
 
 def test_organisations_made_and_deleted_through_katalogus_api_come_and_go_in_baton(estate: Estate) -> None:
-    """(An empty listing removes nothing: `stays` keeps KATalogus' listing non-empty.)"""
+    """(An empty listing retires nothing: `stays` keeps KATalogus' listing non-empty.)"""
     org, stays = f"baton-listed-{estate.suffix}", f"baton-stays-{estate.suffix}"
     settings = Settings(database_url=estate.store.url, katalogus_poll_seconds=60, queue_maxsize=10)
     leader = DatabaseLeaseLeader(estate.store, "a:1", LEASES, role=KATALOGUS_ROLE, liveness_key=KATALOGUS_LOCK_KEY)
@@ -222,7 +222,8 @@ def test_organisations_made_and_deleted_through_katalogus_api_come_and_go_in_bat
         assert estate.api.delete(f"/v1/organisations/{org}").status_code == 200
         ticker.now += 60
         round_ = sync.step()
-        assert round_ is not None and org in round_.removed
+        assert round_ is not None and org in round_.retired  # kept, with its history; no longer scheduled
         assert org not in organisations(estate.store) and stays in organisations(estate.store)
+        assert org in retired(estate.store)
     finally:
         sync.leader.release()

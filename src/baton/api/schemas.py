@@ -137,6 +137,11 @@ class OrganisationOut(BaseModel):
     weight: int
     max_in_flight: int | None
     created_at: datetime
+    retired_at: datetime | None = Field(
+        None,
+        description="When the KATalogus sync retired it (KATalogus no longer lists it): its schedulers do not run "
+        "and its queues take and hand out no task; its tasks and schedules stay readable. Null: active.",
+    )
 
 
 class QueueOut(BaseModel):

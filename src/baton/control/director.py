@@ -175,6 +175,7 @@ class Director(BackgroundService):
             self.record_leadership()
             report = self.reconcile()
             report.requeued, report.failed = self.housekeeping.recover_stuck_tasks()
+            self.housekeeping.settle_retired_organisations()
         # Outside the office: stepping down need not wait for it, and a removal after a lost term
         # does no harm (whoever leads next removes the same tasks, each once).
         report.removed = self.housekeeping.tidy()

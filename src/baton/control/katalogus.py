@@ -1,18 +1,22 @@
 """Organisations from KATalogus (when BATON_KATALOGUS_URL is set): every poll, `GET /v1/organisations`;
 an organisation KATalogus lists gets its Baton organisation (and so its schedulers, started by the
-director or the workers), and one that KATalogus created here and no longer lists is removed.
+director or the workers), one that KATalogus created here and no longer lists is retired, and a retired
+one it lists again comes back. Retiring deletes nothing: the organisation's schedulers stop, its queues
+take and hand out no task, and its tasks and schedules stay readable (`GET /tasks`, `/schedules`, rocky),
+so it comes back with its history (storage/organisation_sync.py). Deleting an organisation with its data
+is an operator's explicit `DELETE /organisations/{id}`, never this sync's.
 
 Every process that watches organisations (directors, workers: where the RabbitMQ watcher runs too) runs
 this service, but only the holder of the `katalogus` leadership lease polls, and it writes only while the
 lease is still its own, checked and locked in the transaction that writes (storage/leadership.py
-`leads_now`). So two listings never race: a stale one (read before a removal, written after it) can only
-come from a holder that lost the lease meanwhile, and its write is refused. What a listing cannot undo is
-a change made in Baton itself: an organisation deleted through the API while KATalogus still lists it
-comes back at the next poll, as KATalogus is where organisations are made.
+`leads_now`). So two listings never race: a stale one (read before a retirement, written after it) can
+only come from a holder that lost the lease meanwhile, and its write is refused. What a listing cannot
+undo is a change made in Baton itself: an organisation deleted through the API while KATalogus still
+lists it comes back (empty) at the next poll, as KATalogus is where organisations are made.
 
-Removal is guarded: a failed listing changes nothing (the client logs the outage once), and a listing
-without any organisation removes nothing (core/catalogue.py `organisations_to_remove`). Organisations
-made in Baton (the API, a RabbitMQ organisation message) are never removed by the sync; one made because
+Retirement is guarded: a failed listing changes nothing (the client logs the outage once), and a listing
+without any organisation retires nothing (core/catalogue.py `organisations_to_retire`). Organisations
+made in Baton (the API, a RabbitMQ organisation message) are never retired by the sync; one made because
 a message or a push named it (`source` "auto") becomes KATalogus' once KATalogus lists it.
 """
 
@@ -23,18 +27,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from baton.control.leadership import DatabaseLeaseLeader, LeaderElector
-from baton.core.catalogue import KATALOGUS_SOURCE, organisations_to_remove
+from baton.core.catalogue import KATALOGUS_SOURCE, organisations_to_restore, organisations_to_retire
 from baton.core.errors import OutsideServiceError
 from baton.core.identity import process_location
 from baton.core.logging import get_logger
+from baton.core.model import utcnow
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
 from baton.ingest.outside_services import OutsideServiceRecorder
 from baton.openkat import KatalogusClient
 from baton.storage.engine import Store
 from baton.storage.leadership import leads_now
-from baton.storage.organisation_sync import add_katalogus_organisation, adopt_auto_organisations, organisation_ids
-from baton.storage.organisations import delete_organisation
+from baton.storage.organisation_sync import (
+    add_katalogus_organisation,
+    adopt_auto_organisations,
+    organisation_ids,
+    restore_organisations,
+    retire_organisations,
+    retired_ids,
+)
 
 log = get_logger("baton.katalogus")
 KATALOGUS_ROLE = "katalogus"
@@ -45,7 +56,8 @@ KATALOGUS_LOCK_KEY = 0x0BA7_0003  # its leader's liveness lock (the director's i
 class OrganisationSyncRound:
     added: list[str] = field(default_factory=list)
     adopted: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
     listed: int = 0
 
 
@@ -107,14 +119,20 @@ class KatalogusOrganisationSync(BackgroundService):
                 if add_katalogus_organisation(session, org_id, listing[org_id], self.settings.queue_maxsize):
                     round_.added.append(org_id)
             round_.adopted = adopt_auto_organisations(session, listing.keys())
-            ours = organisation_ids(session, KATALOGUS_SOURCE)
-            for org_id in sorted(organisations_to_remove(listing.keys(), ours)):
-                delete_organisation(session, org_id)
-                round_.removed.append(org_id)
-        if round_.added or round_.adopted or round_.removed:
-            log.info("organisations from KATalogus", added=round_.added, adopted=round_.adopted, removed=round_.removed)
+            retired = retired_ids(session)
+            round_.restored = restore_organisations(session, organisations_to_restore(listing.keys(), retired))
+            active = organisation_ids(session, KATALOGUS_SOURCE) - retired
+            round_.retired = retire_organisations(session, organisations_to_retire(listing.keys(), active), utcnow())
+        if round_.added or round_.adopted or round_.retired or round_.restored:
+            log.info(
+                "organisations from KATalogus",
+                added=round_.added,
+                adopted=round_.adopted,
+                retired=round_.retired,
+                restored=round_.restored,
+            )
         if not listing and not self._said_empty:
-            log.warning("KATalogus lists no organisation; removing none", kept=len(ours))
+            log.warning("KATalogus lists no organisation; retiring none", kept=len(active))
         self._said_empty = not listing
         return round_
 

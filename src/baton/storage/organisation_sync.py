@@ -1,16 +1,28 @@
 """Organisations as KATalogus lists them: those the KATalogus sync created (`organisations.source`), the
-ones it adds and, by storage/organisations.py's delete, the ones it removes."""
+ones it adds, the ones it retires (KATalogus no longer lists them) and brings back.
+
+A retired organisation (`retired_at` set) is kept, with its queues, tasks and schedules, all readable:
+its schedulers do not run (the director and the workers leave them out, storage/scheduler_rows.py and
+scheduler_leases.py), so its schedules do not fire; its queues take no push (as a disabled queue);
+and `settle_retired` leaves it nothing to hand out: its queued tasks are cancelled and its schedulers'
+claims revoked, at retirement and again in every housekeeping round (for a task that came back to
+its queue since: a push that raced the retirement, a runner handing one back). Nothing here deletes."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import CursorResult, select, update
 from sqlalchemy.orm import Session
 
-from baton.core.catalogue import AUTO_SOURCE, KATALOGUS_SOURCE
+from baton.core.catalogue import AUTO_SOURCE, KATALOGUS_SOURCE, RETIRED_TASK_REASON
+from baton.core.model import TaskStatus
 from baton.storage.organisations import ensure_organisation
-from baton.storage.tables import Organisation
+from baton.storage.pool_changes import announce_pool_change
+from baton.storage.scheduler_leases import revoke_retired_claims
+from baton.storage.tables import IS_QUEUED, IS_RETIRED, Organisation, Scheduler, Task
 
 
 def organisation_ids(session: Session, source: str | None = None) -> set[str]:
@@ -43,3 +55,60 @@ def adopt_auto_organisations(session: Session, listed: Collection[str]) -> list[
         .returning(Organisation.id)
     )
     return sorted(adopted)
+
+
+def retired_ids(session: Session) -> set[str]:
+    return set(session.scalars(select(Organisation.id).where(IS_RETIRED)))
+
+
+def retire_organisations(session: Session, org_ids: Collection[str], now: datetime) -> list[str]:
+    """Retire these organisations (those not retired yet), then settle them: nothing is deleted. The
+    ids retired."""
+    if not org_ids:
+        return []
+    retired = sorted(
+        session.scalars(
+            update(Organisation)
+            .where(Organisation.id.in_(sorted(org_ids)), Organisation.retired_at.is_(None))
+            .values(retired_at=now)
+            .returning(Organisation.id)
+        )
+    )
+    if retired:
+        settle_retired(session, now)
+        announce_pool_change(session)  # workers count their schedulers out now
+    return retired
+
+
+def restore_organisations(session: Session, org_ids: Collection[str]) -> list[str]:
+    """Bring these retired organisations back, with their tasks and schedules: their schedulers run
+    again (claimed by the director or a worker), their queues take tasks. The ids restored."""
+    if not org_ids:
+        return []
+    restored = sorted(
+        session.scalars(
+            update(Organisation)
+            .where(Organisation.id.in_(sorted(org_ids)), IS_RETIRED)
+            .values(retired_at=None)
+            .returning(Organisation.id)
+        )
+    )
+    if restored:
+        announce_pool_change(session)
+    return restored
+
+
+def settle_retired(session: Session, now: datetime) -> tuple[int, int]:
+    """Leave retired organisations nothing to hand out and nothing running: their queued tasks are
+    cancelled (with the reason) and their schedulers' claims revoked (whoever runs one stops). Cheap when
+    there is nothing to do: the retired organisations are read from their own index. (cancelled, revoked)."""
+    retired_queues = (
+        select(Scheduler.id).join(Organisation, Organisation.id == Scheduler.organisation).where(IS_RETIRED)
+    )
+    result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+        update(Task)
+        .where(IS_QUEUED, Task.scheduler_id.in_(retired_queues.scalar_subquery()))
+        .values(status=TaskStatus.CANCELLED.value, modified_at=now, reason=RETIRED_TASK_REASON)
+        .execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount or 0), revoke_retired_claims(session)

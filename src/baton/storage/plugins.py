@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import CursorResult, select
+from sqlalchemy import CursorResult, and_, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -25,13 +25,27 @@ def enabled_plugins(session: Session, organisation: str, plugin_type: str) -> li
 
 
 def seed_plugins(session: Session, plugins: Sequence[Mapping[str, Any]]) -> int:
-    """Add catalogue entries whose id is unknown; existing ones (maybe edited via the API) stay.
+    """Add catalogue entries whose id is unknown; existing ones (maybe edited via the API) stay, except
+    that one without an `oci_image` or `version` gets the one given (a catalogue that gained images
+    reaches installations seeded before). How many rows were added or completed.
 
-    `ON CONFLICT DO NOTHING`: several replicas starting at once all seed, and none may fail on it.
-    """
+    An upsert: several replicas starting at once all seed, and none may fail on it; a row that has
+    what the catalogue gives is not written."""
     if not plugins:
         return 0
-    stmt = insert_for(session)(Plugin).values(list(plugins)).on_conflict_do_nothing(index_elements=[Plugin.id])
+    insert = insert_for(session)(Plugin).values(list(plugins))
+    missing = or_(
+        and_(Plugin.oci_image.is_(None), insert.excluded.oci_image.is_not(None)),
+        and_(Plugin.version.is_(None), insert.excluded.version.is_not(None)),
+    )
+    stmt = insert.on_conflict_do_update(
+        index_elements=[Plugin.id],
+        set_={
+            "oci_image": func.coalesce(Plugin.oci_image, insert.excluded.oci_image),
+            "version": func.coalesce(Plugin.version, insert.excluded.version),
+        },
+        where=missing,
+    )
     result: CursorResult[Any] = session.execute(stmt)  # type: ignore[assignment]
     return int(result.rowcount or 0)
 

@@ -91,7 +91,8 @@ def _queue_row() -> Select[Any]:
             Scheduler.organisation,
             Scheduler.type,
             Scheduler.maxsize,
-            Scheduler.enabled,
+            # A retired organisation's queues take no task, as a disabled queue (storage/organisation_sync.py).
+            and_(Scheduler.enabled, Organisation.retired_at.is_(None)).label("enabled"),
             Organisation.weight,
             counters.c.queued,
             counters.c.last_key,

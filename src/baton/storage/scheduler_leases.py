@@ -31,7 +31,7 @@ from baton.core.errors import FencedError
 from baton.storage.clock import db_after, db_now
 from baton.storage.engine import insert_for, on_postgresql
 from baton.storage.leadership import term_is_current
-from baton.storage.tables import LeaseHolder, Organisation, Scheduler
+from baton.storage.tables import IS_RETIRED, LeaseHolder, Organisation, Scheduler
 
 CLAIM_SETTING = "baton.claim"
 REVOKE_LOCK_TIMEOUT_MS = 1000
@@ -47,7 +47,13 @@ class Claim:
 
 
 def _claimable(session: Session) -> ColumnElement[bool]:
-    return or_(Scheduler.owner.is_(None), Scheduler.lease_expires_at < db_now(session))
+    """Nobody holds it (or the lease ended), and its organisation is not retired."""
+    free = or_(Scheduler.owner.is_(None), Scheduler.lease_expires_at < db_now(session))
+    return and_(free, Scheduler.organisation.not_in(_retired_organisations()))
+
+
+def _retired_organisations() -> Any:
+    return select(Organisation.id).where(IS_RETIRED).scalar_subquery()
 
 
 # The sessions of processes whose scheduler leases ran out, in a transaction for a while: every
@@ -230,6 +236,21 @@ def release_claims(session: Session, claims: Sequence[Claim], state: str) -> int
         update(Scheduler)
         .where(_held(session, claims))
         .values(owner=None, written_lease_expires_at=None, state=state, written_heartbeat_at=db_now(session))
+        .execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def revoke_retired_claims(session: Session) -> int:
+    """Take the schedulers of retired organisations from whoever holds them (their term grows and their
+    owner goes, as `revoke_claims` does): a worker learns it at its next renewal and stops them; nobody
+    claims them again while their organisation is retired (`_claimable`). Rows a transaction holds
+    locked are left for the next round."""
+    condition = and_(Scheduler.owner.is_not(None), Scheduler.organisation.in_(_retired_organisations()))
+    result = session.execute(
+        update(Scheduler)
+        .where(_unlocked(session, condition))
+        .values(owner=None, term=Scheduler.term + 1, written_lease_expires_at=None, state="stopped")
         .execution_options(synchronize_session=False)
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]

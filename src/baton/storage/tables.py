@@ -87,6 +87,22 @@ class Organisation(Base):
     source: Mapped[str | None] = mapped_column(String(16), nullable=True)
     # When its boefje scheduler last wrote KATalogus' plugin listing for it (None: never).
     catalogue_synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # When the KATalogus sync retired it (KATalogus no longer lists it; None: active): its schedulers do
+    # not run, its queues take no task, its tasks and schedules stay readable (storage/organisation_sync.py).
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+    __table_args__ = (
+        Index(
+            "ix_organisations_retired",
+            "id",
+            postgresql_where=text("retired_at IS NOT NULL"),
+            sqlite_where=text("retired_at IS NOT NULL"),
+        ),
+    )
+
+
+# The retired organisations (few), read through ix_organisations_retired.
+IS_RETIRED = Organisation.retired_at.is_not(None)
 
 
 class LeaseHolder(Base):

@@ -16,7 +16,7 @@ from baton.core.model import TaskStatus
 from baton.storage.queues import queue_counts
 from baton.storage.scheduler_rows import get_scheduler
 from baton.storage.statements import TASKS
-from baton.storage.tables import IS_QUEUED, Task
+from baton.storage.tables import IS_QUEUED, Organisation, Task
 
 
 @dataclass(frozen=True)
@@ -41,11 +41,13 @@ def requeue_state(session: Session, task_id: uuid.UUID) -> RequeueState | None:
         return None
     status, queue_id, task_hash = current
     queue = get_scheduler(session, queue_id)
+    retired = session.scalar(select(Organisation.retired_at).where(Organisation.id == queue.organisation))
     twin = task_hash is not None and session.scalar(
         select(Task.id).where(Task.scheduler_id == queue_id, Task.hash == task_hash, IS_QUEUED).limit(1)
     )
     queued, _ = queue_counts(session, queue_id).get(queue_id, (0, 0))
-    return RequeueState(status, queue_id, task_hash, queue.enabled, queue.maxsize, queued, bool(twin))
+    enabled = queue.enabled and retired is None  # a retired organisation's queue takes no task
+    return RequeueState(status, queue_id, task_hash, enabled, queue.maxsize, queued, bool(twin))
 
 
 def mark_requeued(session: Session, task_id: uuid.UUID, state: RequeueState, now: datetime, reason: str) -> None:

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from baton.storage.clock import db_after, db_now, db_now_once
 from baton.storage.engine import insert_for
-from baton.storage.tables import LeaseHolder, Scheduler, WorkerRecord
+from baton.storage.tables import IS_RETIRED, LeaseHolder, Organisation, Scheduler, WorkerRecord
 
 
 def heartbeat_worker(session: Session, worker_id: str, lease_seconds: float) -> None:
@@ -75,6 +75,14 @@ def seconds_until_a_peer_lease_ends(session: Session, owner: str) -> float | Non
 
 
 def count_schedulers(session: Session) -> int:
-    """Every scheduler row (each belongs to an existing organisation: the foreign key cascades its
-    deletion, on both backends), without joining the organisations: an idle worker counts every round."""
-    return int(session.scalar(select(func.count()).select_from(Scheduler)) or 0)
+    """Every scheduler that should run: the scheduler rows (each belongs to an existing organisation: the
+    foreign key cascades its deletion, on both backends) less those of retired organisations, read from
+    their own index; without joining every organisation: an idle worker counts every round."""
+    everything = select(func.count()).select_from(Scheduler).scalar_subquery()
+    retired = (
+        select(func.count())
+        .select_from(Scheduler)
+        .where(Scheduler.organisation.in_(select(Organisation.id).where(IS_RETIRED)))
+        .scalar_subquery()
+    )
+    return int(session.scalar(select(everything - retired)) or 0)
