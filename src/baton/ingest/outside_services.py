@@ -17,7 +17,8 @@ from baton.storage.engine import Store
 from baton.storage.outside_services import record_outside_service
 
 if TYPE_CHECKING:
-    from baton.openkat.http import Outage, ServiceClient
+    from baton.core.outages import Outage
+    from baton.openkat.http import ServiceClient
 
 
 class OutsideServiceRecorder:
