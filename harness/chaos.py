@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from baton.ingest.catalogue import PluginSpec
+from baton.ingest.catalogue.plugins_file import PluginSpec
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
 from baton.storage.plugins import seed_plugins

@@ -198,7 +198,7 @@ def test_an_octopoes_outage_disables_nothing_and_the_round_catches_up(world: Wor
 def test_a_round_handles_all_due_schedules_oldest_first_with_one_octopoes_call_per_500(world: World) -> None:
     enabled_dns(world)
     scheduler = rescans(world)
-    scheduler.rescanner.page_size = 600
+    scheduler.rescans.page_size = 600
     groups, per_group = 7, 100
     for group in range(groups):  # each group one second after the previous: its deadlines one second later
         for n in range(per_group):

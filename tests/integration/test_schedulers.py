@@ -10,7 +10,7 @@ import pytest
 from baton.core.model import SchedulerSpec, SchedulerType, TaskStatus
 from baton.core.priorities import rank_boefje_task
 from baton.core.settings import Settings
-from baton.ingest.catalogue import PluginSpec
+from baton.ingest.catalogue.plugins_file import PluginSpec
 from baton.ingest.events import InProcessSource, as_uuid
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.planners.normalizer import NormalizerScheduler

@@ -5,12 +5,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from baton.core.errors import UnprocessableError
 from baton.core.jobs import Normalizer, NormalizerJob, job_document, job_hash
-from baton.core.model import SchedulerSpec, SchedulerType, utcnow
+from baton.core.model import SchedulerSpec, SchedulerType
 from baton.core.priorities import AUTOMATIC_PRIORITY
-from baton.ingest.catalogue import BatchCatalogue, PluginCatalogue
+from baton.ingest.catalogue.lookups import BatchCatalogue, PluginCatalogue
 from baton.ingest.event_driven import EventDrivenScheduler
 from baton.ingest.events import EVENT_KIND, AnyEvent, KatRawDataReceived, RawFileReceived, raw_data_of
 from baton.ingest.planners.catalogue_sync import CatalogueReadiness
@@ -31,24 +32,24 @@ class NormalizerScheduler(EventDrivenScheduler):
     def __init__(self, spec: SchedulerSpec, context: SchedulerContext, claim: Claim | None = None) -> None:
         super().__init__(spec, context, claim)
         # With KATalogus as the catalogue, its events wait until the boefje scheduler wrote a first one.
-        self.catalogue_ready = None if context.katalogus is None else CatalogueReadiness(self)
+        self.catalogue_ready = None if context.links is None else CatalogueReadiness(self.planning)
 
     def tick(self) -> int:
         if self.catalogue_ready is not None and not self.catalogue_ready.check():
             return 0
         return super().tick()
 
-    def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
-        catalogue = BatchCatalogue(self.context.catalogue)
-        planned = [job for event in events for job in self._plan(session, event, catalogue)]
+    def handle_batch(self, session: Session, events: Sequence[AnyEvent], now: datetime) -> list[dict[str, object]]:
+        catalogue = BatchCatalogue(self.planning.catalogue)
+        planned = [job for event in events for job in self._plan(session, event, catalogue, now)]
         requests = self._not_handled_yet(session, planned)
-        return [result.task for result in queues.push_many(session, requests, utcnow())]
+        return [result.task for result in queues.push_many(session, requests, now)]
 
-    def _plan(self, session: Session, event: AnyEvent, catalogue: PluginCatalogue) -> list[PlannedJob]:
+    def _plan(self, session: Session, event: AnyEvent, catalogue: PluginCatalogue, now: datetime) -> list[PlannedJob]:
         if not isinstance(event, RawFileReceived | KatRawDataReceived):
             raise UnprocessableError(f"normalizer scheduler cannot handle '{EVENT_KIND[type(event)]}' events")
         self.check_organisation(event)
-        raw = raw_data_of(event, self.spec.organisation, self.context.clock())
+        raw = raw_data_of(event, self.spec.organisation, now)
         mime_types = [mime["value"] for mime in raw.mime_types if mime.get("value")]
         if any(mime.startswith("error/") for mime in mime_types):
             return []  # the boefje failed: nothing to normalise (as OpenKAT does)
