@@ -221,10 +221,34 @@ def test_report_schedule_fires_when_due_and_catches_up_missed_runs_once(org_stor
         assert refreshed is not None
         assert refreshed.deadline_at == datetime(2026, 1, 5, 18, 0, tzinfo=UTC)
     clock.now = datetime(2026, 1, 5, 18, 0, 1, tzinfo=UTC)
-    assert scheduler.tick() == 1
+    assert scheduler.tick() == 0  # its task still queued: the schedule waits for it (deadline kept)
     # The same recipe for the same organisation is the same work (OpenKAT's hash): while the first
     # report task still waits, the next run does not queue a second one.
     assert len(queued(org_store, "report-acme")) == 1
+
+
+def test_a_due_report_schedule_whose_task_is_still_queued_keeps_its_deadline(org_store: Store) -> None:
+    """mula: the push of the same report task is not allowed while it is queued, and the schedule's deadline
+    is left as it is, so the run is tried again next round (not skipped until the next cron slot)."""
+    clock = Clock()
+    scheduler = make(ReportScheduler, org_store, clock)
+    schedule = add_schedule(org_store, "0 * * * *", clock.now - timedelta(minutes=1))
+    assert scheduler.tick() == 1
+    due_again = datetime(2026, 1, 5, 13, 0, tzinfo=UTC)
+    clock.now = due_again + timedelta(seconds=1)  # the next slot, the first task still queued
+    assert scheduler.tick() == 0
+    with org_store.session() as session:
+        kept = session.get(Schedule, schedule.id)
+        assert kept is not None and kept.deadline_at == due_again
+    with org_store.session() as session:
+        [popped] = queue.pop(session, scheduler_id="report-acme", limit=1)
+    clock.now += timedelta(minutes=5)  # still in the same hour: the run that was waiting goes now
+    assert scheduler.tick() == 1
+    [task] = queued(org_store, "report-acme")
+    assert task.id != popped.id and task.schedule_id == str(schedule.id)
+    with org_store.session() as session:
+        fired = session.get(Schedule, schedule.id)
+        assert fired is not None and fired.deadline_at == datetime(2026, 1, 5, 14, 0, tzinfo=UTC)
 
 
 def test_disabled_report_schedule_does_not_fire(org_store: Store) -> None:

@@ -19,10 +19,13 @@ from baton.storage.tables import Schedule as ScheduleRow
 
 
 def fire_due_schedules(planning: Planning, kind: SchedulerType, session: Session, now: datetime, limit: int) -> int:
-    """Turn up to `limit` due schedules of `kind` for the planning's organisation into tasks. A cron
-    schedule's next deadline is counted from `now`, not from the missed slot: however many runs were
-    missed, one task catches up."""
-    due = claim_due(session, kind.value, planning.organisation, now, limit)
+    """Turn up to `limit` due schedules of `kind` for the planning's organisation into tasks; the tasks made.
+    A cron schedule's next deadline is counted from `now`, not from the missed slot: however many runs were
+    missed, one task catches up. A schedule whose task is still queued keeps its deadline (mula's rule: the
+    same task may not be pushed while it waits): it fires once that task has left the queue, instead of
+    skipping the run until the next slot."""
+    due = claim_due(session, kind.value, planning.organisation, now, limit, queue=planning.queue)
+    made = 0
     for schedule in due:
         task_id = uuid.uuid4()
         job = scheduled_job(kind, schedule, task_id)
@@ -34,10 +37,12 @@ def fire_due_schedules(planning: Planning, kind: SchedulerType, session: Session
             schedule_id=str(schedule.id),
             task_id=task_id,
         )
-        queues.push(session, request, now)
+        if not queues.push(session, request, now).created:
+            continue  # its task is queued still (a schedule without a hash is found so): tried again later
         schedule.last_run_at = now
         schedule.deadline_at = next_deadline(schedule.schedule, now)
-    return len(due)
+        made += 1
+    return made
 
 
 def scheduled_job(kind: SchedulerType, schedule: ScheduleRow, task_id: uuid.UUID) -> Job:
