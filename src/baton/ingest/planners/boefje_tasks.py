@@ -93,22 +93,23 @@ class BoefjeTaskMaker:
     def make(
         self,
         session: Session,
-        wanted: Sequence[tuple[Plugin, str]],
+        wanted: Sequence[tuple[Plugin, str | None]],
         now: datetime,
         *,
         grace: timedelta | None = None,
-        schedules: Mapping[tuple[str, str], uuid.UUID] | None = None,
+        schedules: Mapping[tuple[str, str | None], uuid.UUID] | None = None,
     ) -> BoefjePlan:
         """A task for each (boefje, object) whose grace-period claim this call wins (`grace`: the planning's
-        unless told), ranked by its last run. `schedules`: the schedules the tasks belong to, by (boefje,
-        object), which the caller writes itself (the rescan rounds); without them each queued pair's schedule
-        is created or refreshed, and one disabled for a reason enabled again (a pair that ran within the grace
-        period too: it is fit to scan)."""
+        unless told), ranked by its last run. An object None is a job without one (a schedule's whose task
+        had no `input_ooi`): its grace period is kept under the empty object key. `schedules`: the schedules
+        the tasks belong to, by (boefje, object), which the caller writes itself (the rescan rounds); without
+        them each queued pair's schedule is created or refreshed, and one disabled for a reason enabled again
+        (a pair that ran within the grace period too: it is fit to scan)."""
         planning = self.planning
         organisation = planning.organisation
-        pairs = [(boefje.id, key) for boefje, key in wanted]
+        pairs = [(boefje.id, key or "") for boefje, key in wanted]
         claims = claim_boefje_runs(session, organisation, pairs, now, planning.grace if grace is None else grace)
-        jobs: list[tuple[Plugin, str, BoefjeJob, str]] = []
+        jobs: list[tuple[Plugin, str | None, BoefjeJob, str]] = []
         fit_not_queued: list[str] = []
         for (boefje, object_key), claim in zip(wanted, claims, strict=True):
             job = boefje_job(
@@ -135,7 +136,7 @@ class BoefjeTaskMaker:
             requests.append(
                 PushRequest(
                     queue=planning.queue,
-                    priority=rank_boefje_task(previous[(boefje.id, object_key)], now),
+                    priority=rank_boefje_task(previous[(boefje.id, object_key or "")], now),
                     data=job_document(job),
                     hash=digest,
                     schedule_id=None if schedule_id is None else str(schedule_id),

@@ -33,6 +33,7 @@ from baton.core.rescans import (
     Verdict,
     grace_of,
     judge,
+    judge_without_object,
     next_rescan,
     object_type_of,
 )
@@ -133,17 +134,20 @@ class RescanRounds:
             plugin = plugins.get(boefje_of(due.data) or "")
             views.append(None if plugin is None else PluginView(plugin.id, plugin.consumes, plugin.scan_level))
         references = [str(due.data.get("input_ooi") or "") for due in page]
-        wanted = {reference for reference, view in zip(references, views, strict=True) if view is not None}
+        wanted = {reference for reference, view in zip(references, views, strict=True) if reference and view}
         seen = self._objects(wanted, now)
         verdicts = []
         for due, view, reference in zip(page, views, references, strict=True):
+            if not reference:  # a job without an object: the plugin alone is checked
+                verdicts.append(judge_without_object(boefje_of(due.data) or "?", view))
+                continue
             if seen is None:
                 found: ObjectView | None = None
             elif reference in seen:
                 found = seen[reference]
             else:
                 found = ObjectView(False, object_type_of(reference))
-            verdicts.append(judge(boefje_of(due.data) or "?", view, found if reference else ObjectView(False, "")))
+            verdicts.append(judge(boefje_of(due.data) or "?", view, found))
         return verdicts
 
     def _objects(self, references: set[str], now: datetime) -> dict[str, ObjectView] | None:
@@ -189,7 +193,7 @@ class RescanRounds:
                 )
                 by_grace.setdefault(grace, []).append((due, plugin))
         for grace, pairs in by_grace.items():
-            wanted = [(plugin, str(due.data["input_ooi"])) for due, plugin in pairs]
+            wanted = [(plugin, str(due.data.get("input_ooi") or "") or None) for due, plugin in pairs]
             ids = {(plugin.id, key): due.id for (due, plugin), (_, key) in zip(pairs, wanted, strict=True)}
             plan = self.tasks.make(session, wanted, now, grace=grace, schedules=ids)
             for (due, plugin), claim in zip(pairs, plan.claims, strict=True):
