@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from baton.core.jobs import murmur_hex
 from baton.core.model import SchedulerSpec, SchedulerType, TaskStatus
 from baton.core.priorities import rank_boefje_task
 from baton.core.settings import Settings
@@ -158,6 +159,42 @@ def test_normalizer_tasks_match_mime_types_and_redelivery_is_idempotent(org_stor
     source.put(raw_file("raw-1", "boefje/dns"))  # the same event again, after its task was popped
     scheduler.tick()
     assert queued(org_store, "normalizer-acme") == []
+
+
+def boefje_schedule(store: Store, boefje_id: str, input_ooi: str) -> Schedule:
+    job = {"boefje": {"id": boefje_id}, "input_ooi": input_ooi, "organization": "acme"}
+    with store.session() as session:
+        return create_schedule(
+            session,
+            scheduler_id="boefje",
+            organisation="acme",
+            data=job,
+            schedule=None,
+            deadline_at=datetime(2026, 1, 6, tzinfo=UTC),
+            schedule_hash=murmur_hex(f"{input_ooi}-{boefje_id}-acme"),
+        )
+
+
+def test_a_deschedule_raw_file_removes_the_boefjes_schedule_for_that_object(org_store: Store) -> None:
+    """OpenKAT after v1.20.1 (mula's normalizer scheduler): a raw file with the mime type
+    `openkat/deschedule` deletes the schedule of the boefje that made it, for its object (found by the
+    boefje job's hash), and gets no normalizer task."""
+    source, clock = InProcessSource(), Clock()
+    scheduler = make(NormalizerScheduler, org_store, clock, source)
+    host, other = "Hostname|internet|example.com", "Hostname|internet|other.example"
+    gone = boefje_schedule(org_store, "dns", host)
+    kept = [boefje_schedule(org_store, "dns", other), boefje_schedule(org_store, "ports", host)]
+    raw = raw_file("raw-1", "boefje/dns", "openkat/deschedule")
+    raw["raw_file"].update(boefje_id="dns", input_ooi=host)
+    source.put(raw)
+    scheduler.tick()
+    with org_store.session() as session:
+        assert session.get(Schedule, gone.id) is None
+        assert all(session.get(Schedule, schedule.id) is not None for schedule in kept)
+    assert queued(org_store, "normalizer-acme") == []  # norm-dns reads boefje/dns, but not this file
+    source.put(raw)  # delivered again: nothing left to remove, nothing made
+    scheduler.tick()
+    assert queued(org_store, "normalizer-acme") == [] and scheduler.events_handled == 2
 
 
 def test_malformed_event_is_rejected_and_the_rest_processed(org_store: Store) -> None:

@@ -1,4 +1,8 @@
-"""The normalizer planner: raw-file events become normalizer jobs."""
+"""The normalizer planner: raw-file events become normalizer jobs, one per enabled normalizer that reads
+one of the file's mime types. Two mime types say otherwise: an `error/...` one (the boefje failed: nothing
+to normalise) and `openkat/deschedule`, with which a boefje asks not to be run on that object again (a TLS
+scan of a port that speaks no TLS, say): the boefje's schedule for the object is deleted, and the file
+gets no normalizer task (OpenKAT's normalizer scheduler after v1.20.1)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from baton.core.errors import UnprocessableError
-from baton.core.jobs import Normalizer, NormalizerJob, job_document, job_hash
+from baton.core.jobs import BoefjeJob, Normalizer, NormalizerJob, RawData, job_document, job_hash
 from baton.core.model import SchedulerSpec, SchedulerType
 from baton.core.priorities import AUTOMATIC_PRIORITY
 from baton.ingest.catalogue.lookups import BatchCatalogue, PluginCatalogue
@@ -20,7 +24,10 @@ from baton.storage import queues
 from baton.storage.engine import Session
 from baton.storage.queues import PushRequest
 from baton.storage.raw_files import handled_raw_files
+from baton.storage.rescans import delete_boefje_schedule
 from baton.storage.scheduler_leases import Claim
+
+DESCHEDULE = "openkat/deschedule"  # a boefje's word that it is not to be scheduled on this object again
 
 
 class NormalizerScheduler(EventDrivenScheduler):
@@ -51,6 +58,9 @@ class NormalizerScheduler(EventDrivenScheduler):
         self.check_organisation(event)
         raw = raw_data_of(event, self.spec.organisation, now)
         mime_types = [mime["value"] for mime in raw.mime_types if mime.get("value")]
+        if DESCHEDULE in mime_types:
+            self._deschedule(session, raw)
+            return []
         if any(mime.startswith("error/") for mime in mime_types):
             return []  # the boefje failed: nothing to normalise (as OpenKAT does)
         planned: list[PlannedJob] = []
@@ -67,6 +77,14 @@ class NormalizerScheduler(EventDrivenScheduler):
             )
             planned.append(PlannedJob(request, str(raw.id)))
         return planned
+
+    def _deschedule(self, session: Session, raw: RawData) -> None:
+        """Delete the schedule of the boefje that made `raw`, for its object: the one whose job's hash is
+        that of the boefje job the file names (organisation, boefje, object)."""
+        meta = raw.boefje_meta
+        job = BoefjeJob(boefje=meta.boefje, input_ooi=meta.input_ooi, organization=meta.organization)
+        if delete_boefje_schedule(session, self.spec.organisation, job_hash(job)):
+            self.log.info("boefje schedule removed at its request", boefje=meta.boefje.id, object=meta.input_ooi)
 
     def _not_handled_yet(self, session: Session, planned: Sequence[PlannedJob]) -> list[PushRequest]:
         """Leave out a job whose task exists (a redelivered event), or that an earlier event of the
