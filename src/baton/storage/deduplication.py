@@ -163,10 +163,6 @@ def pop_together(
 # -- twins (written by the boefje scheduler that made the original) -----------------------------------
 
 
-def task_exists(executable: Executable, task_id: uuid.UUID) -> bool:
-    return executable.execute(select(Task.seq).where(Task.id == task_id)).first() is not None
-
-
 def mark_key(executable: Executable, task_id: uuid.UUID, data: Mapping[str, Any], key: str) -> bool:
     """Give a still-queued task its key (the original of a group: its own id); False when it was handed
     out meanwhile (its runner has it without the key; its twins still pop together)."""

@@ -19,7 +19,7 @@ from baton.ingest.planners.boefje_tasks import BoefjeTaskMaker
 from baton.ingest.planners.catalogue_sync import CatalogueSync
 from baton.ingest.planners.new_boefjes import Backfiller
 from baton.ingest.planners.rescan_rounds import RescanRounds
-from baton.ingest.planners.twins import TwinPlanner, twin_pending
+from baton.ingest.planners.twins import TwinPlanner, deduplicates
 from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Session
 from baton.storage.scheduler_leases import Claim
@@ -37,13 +37,13 @@ class BoefjeScheduler(EventDrivenScheduler):
         super().__init__(spec, context, claim)
         planning = self.planning
         links = planning.links
-        pending = twin_pending(planning)
-        self.tasks = BoefjeTaskMaker(planning, pending)
+        twins = deduplicates(planning)
+        self.tasks = BoefjeTaskMaker(planning, twins=twins)
         self.catalogue_sync = None if links is None else CatalogueSync(planning, links)
         self.backfiller = None if links is None else Backfiller(planning, links, self.tasks)
         self.rescans = RescanRounds(planning, self.tasks)
         # Deduplication: other organisations' twins of its tasks.
-        self.twins = None if links is None or pending is None else TwinPlanner(planning, links, self.tasks, pending)
+        self.twins = TwinPlanner(planning, links, self.tasks) if links is not None and twins else None
         self._planned = 0  # what the last tick's planners did
 
     def tick(self) -> int:

@@ -3,17 +3,16 @@ existing objects (new_boefjes.py) ask it for (boefje, object) pairs; twins (twin
 another organisation. For each pair it claims the grace period in `boefje_runs` (one atomic upsert, so
 competing schedulers cannot both queue a pair), ranks the task by the pair's last run, pushes it and
 gives it its rescan schedule (or refreshes the one it has), and notes each task it created for its twin
-check. Everything in the caller's transaction."""
+check (storage/twin_checks.py: in the database, so a restart before the check loses none). Everything in
+the caller's transaction."""
 
 from __future__ import annotations
 
 import random
 import uuid
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from baton.core.catalogue import is_rescanned
 from baton.core.jobs import BoefjeJob, boefje_job, job_document, job_hash
@@ -27,41 +26,7 @@ from baton.storage.boefje_runs import RunClaim, claim_boefje_runs
 from baton.storage.engine import Session
 from baton.storage.rescans import KeptSchedule, keep_schedules, reenable_schedules
 from baton.storage.tables import Plugin
-
-# Tasks awaiting their twin check, at most (beyond it, new tasks get no twins): a backfill of a hundred
-# thousand objects is looked at a turn at a time, without holding them all.
-MAX_PENDING = 20_000
-
-
-@dataclass(frozen=True)
-class TwinCheck:
-    """A task the maker created, as its twin check needs it."""
-
-    task_id: uuid.UUID
-    boefje_id: str
-    scan_level: int
-    input_ooi: str
-    priority: int
-    data: Mapping[str, Any]
-
-
-class PendingTwins:
-    """The tasks created and not yet looked at for twins, oldest first (twins.py takes them)."""
-
-    def __init__(self) -> None:
-        self.checks: deque[TwinCheck] = deque()
-
-    def note(self, created: Sequence[Mapping[str, Any]], scan_levels: Mapping[str, int]) -> None:
-        """Tasks just created (in a transaction not yet committed); `scan_levels`: boefje id -> its level."""
-        for task in created:
-            data = task["data"]
-            input_ooi, boefje = data.get("input_ooi"), data.get("boefje", {}).get("id")
-            if not input_ooi or boefje not in scan_levels or len(self.checks) >= MAX_PENDING:
-                continue
-            self.checks.append(TwinCheck(task["id"], boefje, scan_levels[boefje], input_ooi, task["priority"], data))
-
-    def take(self, limit: int) -> list[TwinCheck]:
-        return [self.checks.popleft() for _ in range(min(limit, len(self.checks)))]
+from baton.storage.twin_checks import note_twin_checks
 
 
 @dataclass(frozen=True)
@@ -86,9 +51,9 @@ def schedule_for(
 
 
 class BoefjeTaskMaker:
-    def __init__(self, planning: Planning, pending_twins: PendingTwins | None = None) -> None:
+    def __init__(self, planning: Planning, *, twins: bool = False) -> None:
         self.planning = planning
-        self.pending_twins = pending_twins  # None: no twins (deduplication off, or no KATalogus and Octopoes)
+        self.twins = twins  # note the tasks made for their twin check (deduplication on, KATalogus and Octopoes)
 
     def make(
         self,
@@ -144,9 +109,9 @@ class BoefjeTaskMaker:
                 )
             )
         results = queues.push_many(session, requests, now)
-        if self.pending_twins is not None:
+        if self.twins:
             levels = {boefje.id: boefje.scan_level for boefje, _ in wanted}
-            self.pending_twins.note([result.task for result in results if result.created], levels)
+            note_twin_checks(session, organisation, twin_checks(results, levels), now)
         return BoefjePlan([result.task for result in results], claims)
 
     def make_twin(
@@ -158,3 +123,15 @@ class BoefjeTaskMaker:
         if not claim.claimed:
             return None
         return queues.push(session, request, now)
+
+
+def twin_checks(results: Sequence[PushResult], scan_levels: Mapping[str, int]) -> list[tuple[uuid.UUID, str, int, str]]:
+    """(task id, boefje, its scan level, object) of each task created (not a queued one updated) that has an
+    object: a job without one has no twin."""
+    checks = []
+    for result in results:
+        data = result.task["data"]
+        boefje_id, input_ooi = data["boefje"]["id"], data.get("input_ooi")
+        if result.created and input_ooi and boefje_id in scan_levels:
+            checks.append((uuid.UUID(str(result.task["id"])), boefje_id, scan_levels[boefje_id], input_ooi))
+    return checks

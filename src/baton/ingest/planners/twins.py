@@ -2,8 +2,10 @@
 other organisations that KATalogus reports with identical settings of the boefje and that Octopoes says
 hold the object (mula's is_boefje_in_other_orgs). OpenKAT's runner then scans once for all of them.
 
-The maker of boefje tasks (boefje_tasks.py) notes each task it creates; after the transaction that made
-them commits, `step` asks the outside services, outside any transaction:
+The maker of boefje tasks (boefje_tasks.py) notes each task it creates, in the database and in the
+transaction that makes it (storage/twin_checks.py), so a restart before the task is looked at loses
+nothing; `step` takes the organisation's oldest notes and asks the outside services, outside any
+transaction:
 - KATalogus `GET /v1/configs?organisation_id&boefje_id&enabled=true&with_duplicates=true`: the other
   organisations sharing the settings, read once per boefje per poll (BATON_KATALOGUS_POLL_SECONDS) and
   kept, not once per task;
@@ -11,13 +13,12 @@ them commits, `step` asks the outside services, outside any transaction:
   which of them hold the object, at what scan level.
 Then, in one fenced transaction, the same maker makes each twin (core/deduplication.py's rules): claimed
 for its organisation's grace period and pushed into its organisation's queue with the original's priority;
-the original, if still queued, gets its own id as key. A twin whose queue is missing, disabled or full is
-left out.
+the original, if still queued, gets its own id as key; the notes looked at are removed. A twin whose
+queue is missing, disabled or full is left out.
 
 Best effort: a failing KATalogus or Octopoes (logged once per outage by its client, tried once per poll
-while it fails) leaves the original task as it was, without twins; so does a restart between the commit
-and the step. Without KATalogus or Octopoes configured, or BATON_DEDUPLICATE off, nothing is noted and
-the planner is not made at all.
+while it fails) leaves the original task as it was, without twins. Without KATalogus or Octopoes
+configured, or BATON_DEDUPLICATE off, nothing is noted and the planner is not made at all.
 """
 
 from __future__ import annotations
@@ -32,37 +33,41 @@ from baton.core.errors import NotFoundError, OutsideServiceError, QueueDisabledE
 from baton.core.model import SchedulerType, scheduler_id_for
 from baton.core.queueing import PushRequest
 from baton.ingest.outside_links import OutsideLinks
-from baton.ingest.planners.boefje_tasks import BoefjeTaskMaker, PendingTwins, TwinCheck
+from baton.ingest.planners.boefje_tasks import BoefjeTaskMaker
 from baton.ingest.planning import Planning
-from baton.storage.deduplication import mark_key, task_exists
+from baton.storage.deduplication import mark_key
 from baton.storage.engine import Session
+from baton.storage.twin_checks import PendingTwinCheck, drop_twin_checks, pending_twin_checks
 
 if TYPE_CHECKING:
     from baton.openkat.http import ServiceClient
 
 T = TypeVar("T")
-PER_TURN = 500  # noted tasks looked at per turn
+PER_TURN = 500  # noted tasks looked at per turn: a backfill's hundred thousand a turn at a time
 SKIPPED = (NotFoundError, QueueDisabledError, QueueFullError)
 
 
 class TwinPlanner:
-    def __init__(self, planning: Planning, links: OutsideLinks, tasks: BoefjeTaskMaker, pending: PendingTwins) -> None:
+    def __init__(self, planning: Planning, links: OutsideLinks, tasks: BoefjeTaskMaker) -> None:
         self.planning = planning
         self.links = links
         self.tasks = tasks
-        self.pending = pending
         self._duplicates: dict[str, tuple[datetime, list[str]]] = {}  # boefje -> (read at, organisations)
 
     def step(self, now: datetime) -> int:
-        """Look at up to PER_TURN noted tasks; the twins made."""
-        batch = self.pending.take(PER_TURN)
-        plans = [(made, twins) for made in batch if (twins := self._twins_of(made, now))]
-        if not plans:
+        """Look at up to PER_TURN noted tasks, make their twins and remove the notes; the notes looked at."""
+        with self.planning.read() as session:
+            batch = pending_twin_checks(session, self.planning.organisation, PER_TURN)
+        if not batch:
             return 0
+        plans = [(made, twins) for made in batch if made.data is not None and (twins := self._twins_of(made, now))]
         with self.planning.transaction() as session:
-            return sum(self._write(session, made, twins, now) for made, twins in plans)
+            for made, twins in plans:
+                self._write(session, made, twins, now)
+            drop_twin_checks(session, [made.task_id for made in batch])
+        return len(batch)
 
-    def _twins_of(self, made: TwinCheck, now: datetime) -> list[str]:
+    def _twins_of(self, made: PendingTwinCheck, now: datetime) -> list[str]:
         others = self._others(made.boefje_id, now)
         octopoes = self.links.octopoes
         if not others or octopoes is None:
@@ -95,9 +100,8 @@ class TwinPlanner:
         except OutsideServiceError:  # logged once per outage by the client
             return None
 
-    def _write(self, session: Session, made: TwinCheck, twins: Sequence[str], now: datetime) -> int:
-        if not task_exists(session, made.task_id):  # its transaction was rolled back
-            return 0
+    def _write(self, session: Session, made: PendingTwinCheck, twins: Sequence[str], now: datetime) -> int:
+        assert made.data is not None and made.priority is not None  # only checks whose task is there
         key = str(made.task_id)
         written = 0
         for organisation in twins:
@@ -119,7 +123,7 @@ class TwinPlanner:
         return written
 
     def _push(
-        self, session: Session, organisation: str, made: TwinCheck, request: PushRequest, key: str, now: datetime
+        self, session: Session, organisation: str, made: PendingTwinCheck, request: PushRequest, key: str, now: datetime
     ) -> int:
         """1 when the twin was queued (or a queued twin there joined the group), 0 when the (boefje, object)
         ran there within the grace period."""
@@ -132,10 +136,7 @@ class TwinPlanner:
         return int(not result.task["data"].get(KEY) and mark_key(session, result.task["id"], result.task["data"], key))
 
 
-def twin_pending(planning: Planning) -> PendingTwins | None:
-    """Where the maker notes its tasks for their twin check: only with KATalogus and Octopoes configured and
-    BATON_DEDUPLICATE on (None: no twins)."""
+def deduplicates(planning: Planning) -> bool:
+    """Whether the scheduler makes twins: KATalogus and Octopoes configured and BATON_DEDUPLICATE on."""
     links = planning.links
-    if links is None or links.octopoes is None or not planning.settings.openkat.deduplicate:
-        return None
-    return PendingTwins()
+    return links is not None and links.octopoes is not None and planning.settings.openkat.deduplicate
