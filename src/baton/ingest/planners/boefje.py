@@ -1,8 +1,9 @@
 """The boefje scheduler: scan-profile events become boefje tasks, through the one maker of boefje tasks
 (boefje_tasks.py) that its other planners share: due boefje schedules (rescan_rounds.py), twins in other
 organisations (twins.py) and, with KATalogus configured, the organisation's catalogue (catalogue_sync.py)
-and newly enabled boefjes' existing objects (new_boefjes.py). Each turn reads the clock once and hands
-the same `now` to each of them."""
+and newly enabled boefjes' existing objects (new_boefjes.py); with Bytes configured too, the maker asks it
+about the runs Baton did not see (last_runs.py). Each turn reads the clock once and hands the same `now`
+to each of them."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from baton.core.catalogue import runs_on
-from baton.core.errors import UnprocessableError
+from baton.core.errors import OutsideServiceError, UnprocessableError
 from baton.core.model import SchedulerSpec, SchedulerType
 from baton.ingest.catalogue.lookups import BatchCatalogue, PluginCatalogue
 from baton.ingest.event_driven import EventDrivenScheduler
 from baton.ingest.events import EVENT_KIND, AnyEvent, KatScanProfileMutation, ScanProfileMutation, object_scan_level
 from baton.ingest.planners.boefje_tasks import BoefjeTaskMaker
 from baton.ingest.planners.catalogue_sync import CatalogueSync
+from baton.ingest.planners.last_runs import LastRuns, with_last_runs
 from baton.ingest.planners.new_boefjes import Backfiller
 from baton.ingest.planners.rescan_rounds import RescanRounds
 from baton.ingest.planners.twins import TwinPlanner, deduplicates
@@ -38,7 +40,10 @@ class BoefjeScheduler(EventDrivenScheduler):
         planning = self.planning
         links = planning.links
         twins = deduplicates(planning)
-        self.tasks = BoefjeTaskMaker(planning, twins=twins)
+        bytes_configured = links is not None and links.bytes is not None
+        timeout = planning.settings.recovery.task_timeout_seconds
+        self.last_runs = LastRuns(links, timeout) if links is not None and bytes_configured else None
+        self.tasks = BoefjeTaskMaker(planning, twins=twins, last_runs=self.last_runs)
         self.catalogue_sync = None if links is None else CatalogueSync(planning, links)
         self.backfiller = None if links is None else Backfiller(planning, links, self.tasks)
         self.rescans = RescanRounds(planning, self.tasks)
@@ -57,12 +62,20 @@ class BoefjeScheduler(EventDrivenScheduler):
             if not self.catalogue_sync.has_catalogue:
                 return 0  # no catalogue yet to plan with: events wait
             done += self.backfiller.step(now)
-        events = self.handle_events(now)
+        events = self._handle_events_asking_bytes(now)
         if self.twins is not None:
             done += self.twins.step(now)
         done += self.rescans.step(now)
         self._planned = done
         return done + events
+
+    def _handle_events_asking_bytes(self, now: datetime) -> int:
+        """A batch of events; when Bytes must be asked first and does not answer, the events wait (their
+        transaction rolled back, the deliveries given back) for a turn after the next probe of Bytes."""
+        try:
+            return with_last_runs(self.last_runs, now, lambda: self.handle_events(now))
+        except OutsideServiceError:  # logged once per outage by Bytes' client
+            return 0
 
     def caught_up(self) -> bool:
         """Its events drained, and its planners (backfill, twins, rescans) found nothing to do: they

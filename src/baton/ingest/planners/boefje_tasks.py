@@ -1,10 +1,11 @@
 """The one maker of boefje tasks. Scan-profile events, due schedules (rescan_rounds.py) and a new boefje's
 existing objects (new_boefjes.py) ask it for (boefje, object) pairs; twins (twins.py) for one task in
 another organisation. For each pair it claims the grace period in `boefje_runs` (one atomic upsert, so
-competing schedulers cannot both queue a pair), ranks the task by the pair's last run, pushes it and
-gives it its rescan schedule (or refreshes the one it has), and notes each task it created for its twin
-check (storage/twin_checks.py: in the database, so a restart before the check loses none). Everything in
-the caller's transaction."""
+competing schedulers cannot both queue a pair; with Bytes configured, after what Bytes says of the runs
+Baton did not see: last_runs.py), ranks the task by the pair's last run, pushes it and gives it its
+rescan schedule (or refreshes the one it has), and notes each task it created for its twin check
+(storage/twin_checks.py: in the database, so a restart before the check loses none). Everything in the
+caller's transaction."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from baton.core.priorities import rank_boefje_task
 from baton.core.queueing import PushRequest, PushResult
 from baton.core.rescans import first_rescan
 from baton.core.settings import Settings
+from baton.ingest.planners.last_runs import LastRuns
 from baton.ingest.planning import Planning
 from baton.storage import queues
 from baton.storage.boefje_runs import RunClaim, claim_boefje_runs
@@ -51,9 +53,10 @@ def schedule_for(
 
 
 class BoefjeTaskMaker:
-    def __init__(self, planning: Planning, *, twins: bool = False) -> None:
+    def __init__(self, planning: Planning, *, twins: bool = False, last_runs: LastRuns | None = None) -> None:
         self.planning = planning
         self.twins = twins  # note the tasks made for their twin check (deduplication on, KATalogus and Octopoes)
+        self.last_runs = last_runs  # Bytes, asked about runs Baton did not see; None: Bytes not configured
 
     def make(
         self,
@@ -73,7 +76,10 @@ class BoefjeTaskMaker:
         planning = self.planning
         organisation = planning.organisation
         pairs = [(boefje.id, key or "") for boefje, key in wanted]
-        claims = claim_boefje_runs(session, organisation, pairs, now, planning.grace if grace is None else grace)
+        grace = planning.grace if grace is None else grace
+        if self.last_runs is not None:
+            self.last_runs.check(session, organisation, pairs, now, grace)
+        claims = claim_boefje_runs(session, organisation, pairs, now, grace)
         jobs: list[tuple[Plugin, str | None, BoefjeJob, str]] = []
         fit_not_queued: list[str] = []
         for (boefje, object_key), claim in zip(wanted, claims, strict=True):
@@ -119,7 +125,10 @@ class BoefjeTaskMaker:
     ) -> PushResult | None:
         """A twin (`request`, a task of another organisation's queue) pushed if its (boefje, object) claims
         that organisation's grace period; None when it ran there within it."""
-        [claim] = claim_boefje_runs(session, organisation, [(boefje_id, input_ooi)], now, self.planning.grace)
+        grace = self.planning.grace
+        if self.last_runs is not None:
+            self.last_runs.check(session, organisation, [(boefje_id, input_ooi)], now, grace)
+        [claim] = claim_boefje_runs(session, organisation, [(boefje_id, input_ooi)], now, grace)
         if not claim.claimed:
             return None
         return queues.push(session, request, now)

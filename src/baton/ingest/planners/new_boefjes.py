@@ -6,8 +6,8 @@ boefje as enabled, so a restart neither forgets it nor starts every enabled boef
 the next page at the backfill's `valid_time` (the pages agree however long it takes) and, in one fenced
 transaction, makes its tasks through the one maker of boefje tasks (boefje_tasks.py: grace-period claims,
 dedup by hash) and moves the cursor on: a page is done exactly once. A full queue shrinks the page (and
-halves it again until it fits) rather than stall the backfill; an Octopoes outage leaves the cursor where
-it is.
+halves it again until it fits) rather than stall the backfill; an Octopoes outage, or a Bytes outage when
+Bytes must be asked about the page's objects, leaves the cursor where it is.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from baton.core.catalogue import may_scan, scan_levels_for
 from baton.core.errors import OutsideServiceError, QueueFullError
 from baton.ingest.outside_links import HeldBack, OutsideLinks
 from baton.ingest.planners.boefje_tasks import BoefjeTaskMaker
+from baton.ingest.planners.last_runs import with_last_runs
 from baton.ingest.planning import Planning
 from baton.storage.backfills import Backfill, advance_backfill, drop_backfills, next_backfill
 
@@ -69,9 +70,14 @@ class Backfiller:
         items = [] if page is None else page.items
         reached = backfill.next_offset + len(items)
         done = page is None or not items or reached >= page.count
+        objects = [(item.primary_key, item.object_type, item.scan_level) for item in items]
         try:
-            objects = [(item.primary_key, item.object_type, item.scan_level) for item in items]
-            made = self._make_tasks(backfill, objects, None if done else reached, now)
+            made = with_last_runs(
+                self.tasks.last_runs, now, lambda: self._make_tasks(backfill, objects, None if done else reached, now)
+            )
+        except OutsideServiceError:  # Bytes did not answer: the page is read again at its next probe
+            self._retry_at = now + timedelta(seconds=self.links.poll_seconds)
+            return 0
         except QueueFullError:
             self._shrunk_to = max(1, self.page // 2)
             self.planning.pause(self.planning.settings.timing.poll_interval_seconds)

@@ -13,8 +13,9 @@ nothing). A page's tasks go through the one maker of boefje tasks in one fenced 
 writes every schedule's outcome: queued (last run, next deadline), ran within the grace period (next
 deadline from that run), or disabled with its reason. A disabled schedule is enabled again when its reason
 goes away: its plugin enabled again (the next round notices), or a new task for its object (a scan-profile
-message showing it at a sufficient level). An Octopoes outage leaves the page due for the next round;
-nothing is ever disabled for a service that did not answer.
+message showing it at a sufficient level). An Octopoes outage leaves the page due for the next round, and
+a Bytes outage (with Bytes configured, the maker asks it about runs Baton did not see: last_runs.py) the
+page's schedules that were to run; nothing is ever disabled for a service that did not answer.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from datetime import datetime, timedelta
 
 from baton.core.errors import NotFoundError, OutsideServiceError, QueueFullError
 from baton.core.rescans import (
+    WAIT,
     ObjectView,
     Outcome,
     PluginView,
@@ -38,6 +40,7 @@ from baton.core.rescans import (
     object_type_of,
 )
 from baton.ingest.planners.boefje_tasks import BoefjeTaskMaker
+from baton.ingest.planners.last_runs import with_last_runs
 from baton.ingest.planning import Planning
 from baton.storage.engine import Session
 from baton.storage.rescans import (
@@ -58,6 +61,15 @@ class Round:
     started_at: datetime
     after: tuple[datetime, uuid.UUID] | None = None
     seen: int = 0
+    queued: int = 0
+    disabled: int = 0
+    waiting: int = 0
+
+
+@dataclass
+class Tally:
+    """What one page's transaction decided."""
+
     queued: int = 0
     disabled: int = 0
     waiting: int = 0
@@ -94,11 +106,17 @@ class RescanRounds:
             return 0
         verdicts = self._check(page, plugins, now)
         try:
-            with self.planning.transaction() as session:
-                self._apply(session, page, verdicts, plugins, now, current)
+            try:
+                tally = with_last_runs(self.tasks.last_runs, now, lambda: self._apply(page, verdicts, plugins, now))
+            except OutsideServiceError:  # Bytes did not answer: those to run stay due for the next round
+                waiting = [WAIT if verdict.outcome is Outcome.RUN else verdict for verdict in verdicts]
+                tally = self._apply(page, waiting, plugins, now)
         except QueueFullError:  # the queue has no room: the page waits for the runners to pop
             self.planning.pause(self.planning.settings.timing.poll_interval_seconds)
             return 0
+        current.queued += tally.queued
+        current.disabled += tally.disabled
+        current.waiting += tally.waiting
         current.after = (page[-1].deadline_at, page[-1].id)
         current.seen += len(page)
         return len(page)
@@ -169,14 +187,21 @@ class RescanRounds:
         return {key: ObjectView(True, item.object_type, item.scan_level) for key, item in found.items()}
 
     def _apply(
+        self, page: Sequence[DueSchedule], verdicts: Sequence[Verdict], plugins: dict[str, Plugin], now: datetime
+    ) -> Tally:
+        """The page's tasks and every schedule's outcome, in one fenced transaction."""
+        with self.planning.transaction() as session:
+            return self._settle(session, page, verdicts, plugins, now)
+
+    def _settle(
         self,
         session: Session,
         page: Sequence[DueSchedule],
         verdicts: Sequence[Verdict],
         plugins: dict[str, Plugin],
         now: datetime,
-        current: Round,
-    ) -> None:
+    ) -> Tally:
+        current = Tally()
         settled: list[Settled] = []
         by_grace: dict[timedelta, list[tuple[DueSchedule, Plugin]]] = {}
         for due, verdict in zip(page, verdicts, strict=True):
@@ -204,6 +229,7 @@ class RescanRounds:
                     deadline = self._next(due, plugin, claim.previous_run or now)
                     settled.append(Settled(due.id, max(deadline, now + timedelta(seconds=1)), due.last_run_at))
         settle_schedules(session, settled, now)
+        return current
 
     def _next(self, due: DueSchedule, plugin: Plugin, after: datetime) -> datetime:
         settings = self.planning.settings

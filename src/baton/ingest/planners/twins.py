@@ -17,7 +17,8 @@ the original, if still queued, gets its own id as key; the notes looked at are r
 queue is missing, disabled or full is left out.
 
 Best effort: a failing KATalogus or Octopoes (logged once per outage by its client, tried once per poll
-while it fails) leaves the original task as it was, without twins. Without KATalogus or Octopoes
+while it fails) leaves the original task as it was, without twins; so does Bytes, where it is configured
+and asked about the twins' runs in their organisations (last_runs.py). Without KATalogus or Octopoes
 configured, or BATON_DEDUPLICATE off, nothing is noted and the planner is not made at all.
 """
 
@@ -34,6 +35,7 @@ from baton.core.model import SchedulerType, scheduler_id_for
 from baton.core.queueing import PushRequest
 from baton.ingest.outside_links import OutsideLinks
 from baton.ingest.planners.boefje_tasks import BoefjeTaskMaker
+from baton.ingest.planners.last_runs import with_last_runs
 from baton.ingest.planning import Planning
 from baton.storage.deduplication import mark_key
 from baton.storage.engine import Session
@@ -61,11 +63,40 @@ class TwinPlanner:
         if not batch:
             return 0
         plans = [(made, twins) for made in batch if made.data is not None and (twins := self._twins_of(made, now))]
+        looked_at = [made.task_id for made in batch]
+        try:
+            self._ask_bytes(plans, now)
+            with_last_runs(self.tasks.last_runs, now, lambda: self._write_all(plans, looked_at, now))
+        except OutsideServiceError:  # Bytes did not answer: no twins this time, as with KATalogus or Octopoes
+            with self.planning.transaction() as session:
+                drop_twin_checks(session, looked_at)
+        return len(batch)
+
+    def _write_all(
+        self, plans: Sequence[tuple[PendingTwinCheck, list[str]]], looked_at: list[uuid.UUID], now: datetime
+    ) -> None:
         with self.planning.transaction() as session:
             for made, twins in plans:
                 self._write(session, made, twins, now)
-            drop_twin_checks(session, [made.task_id for made in batch])
-        return len(batch)
+            drop_twin_checks(session, looked_at)
+
+    def _ask_bytes(self, plans: Sequence[tuple[PendingTwinCheck, list[str]]], now: datetime) -> None:
+        """With Bytes configured, what it says of the twins' runs in their organisations, asked before the
+        transaction that claims them (one question per organisation's pairs, not one retry per twin)."""
+        last_runs = self.tasks.last_runs
+        if last_runs is None or not plans:
+            return
+        wanted: dict[str, list[tuple[str, str]]] = {}
+        for made, twins in plans:
+            for organisation in twins:
+                wanted.setdefault(organisation, []).append((made.boefje_id, made.input_ooi))
+        with self.planning.read() as session:
+            unknowns = [
+                last_runs.unknown(session, org, pairs, now, self.planning.grace) for org, pairs in wanted.items()
+            ]
+        for unknown in unknowns:
+            if unknown is not None:
+                last_runs.learn(unknown, now)
 
     def _twins_of(self, made: PendingTwinCheck, now: datetime) -> list[str]:
         others = self._others(made.boefje_id, now)
