@@ -40,9 +40,10 @@ class BoefjeScheduler(EventDrivenScheduler):
         planning = self.planning
         links = planning.links
         twins = deduplicates(planning)
-        bytes_configured = links is not None and links.bytes is not None
-        timeout = planning.settings.recovery.task_timeout_seconds
-        self.last_runs = LastRuns(links, timeout) if links is not None and bytes_configured else None
+        # With Bytes configured: what it says of the runs Baton did not see, before the grace period is granted.
+        self.last_runs: LastRuns | None = None
+        if links is not None and links.bytes is not None:
+            self.last_runs = LastRuns(links, planning.settings.recovery.task_timeout_seconds)
         self.tasks = BoefjeTaskMaker(planning, twins=twins, last_runs=self.last_runs)
         self.catalogue_sync = None if links is None else CatalogueSync(planning, links)
         self.backfiller = None if links is None else Backfiller(planning, links, self.tasks)

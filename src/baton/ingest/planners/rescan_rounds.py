@@ -201,14 +201,14 @@ class RescanRounds:
         plugins: dict[str, Plugin],
         now: datetime,
     ) -> Tally:
-        current = Tally()
+        tally = Tally()
         settled: list[Settled] = []
         by_grace: dict[timedelta, list[tuple[DueSchedule, Plugin]]] = {}
         for due, verdict in zip(page, verdicts, strict=True):
             if verdict.outcome is Outcome.WAIT:
-                current.waiting += 1
+                tally.waiting += 1
             elif verdict.outcome is Outcome.DISABLE:
-                current.disabled += 1
+                tally.disabled += 1
                 settled.append(Settled(due.id, due.deadline_at, due.last_run_at, False, verdict.reason, verdict.detail))
             else:
                 plugin = plugins[boefje_of(due.data) or ""]
@@ -223,13 +223,13 @@ class RescanRounds:
             plan = self.tasks.make(session, wanted, now, grace=grace, schedules=ids)
             for (due, plugin), claim in zip(pairs, plan.claims, strict=True):
                 if claim.claimed:
-                    current.queued += 1
+                    tally.queued += 1
                     settled.append(Settled(due.id, self._next(due, plugin, now), now))
                 else:  # queued within the grace period (by an event, say): due again counted from that run
                     deadline = self._next(due, plugin, claim.previous_run or now)
                     settled.append(Settled(due.id, max(deadline, now + timedelta(seconds=1)), due.last_run_at))
         settle_schedules(session, settled, now)
-        return current
+        return tally
 
     def _next(self, due: DueSchedule, plugin: Plugin, after: datetime) -> datetime:
         settings = self.planning.settings
