@@ -29,7 +29,7 @@ import httpx
 import psycopg
 
 from baton.core.recovery import REPLACED_PREFIX
-from baton.ingest.catalogue import PluginSpec
+from baton.ingest.catalogue.plugins_file import PluginSpec
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation
 from baton.storage.plugins import seed_plugins

@@ -20,7 +20,7 @@ from baton.core.identity import process_location
 from baton.core.logging import get_logger
 from baton.core.model import RunnerKind, SchedulerSpec, SchedulerType
 from baton.core.settings import Settings
-from baton.ingest.catalogue import seed_catalogue
+from baton.ingest.catalogue.plugins_file import seed_catalogue
 from baton.ingest.events import CompositeSource, DatabaseInbox, EventSource
 from baton.storage.engine import (
     Store,
@@ -97,10 +97,11 @@ def scheduler_context(store: Store, settings: Settings, runner: str, broker_wait
         location=process_location(),
         source_factory=source_factory(settings, broker_wait_seconds),
     )
-    if settings.openkat.katalogus_url:  # KATalogus is the catalogue (ingest/katalogus.py)
-        from baton.ingest.katalogus import KatalogusCatalogue, katalogus_link
+    if settings.openkat.katalogus_url:  # KATalogus is the catalogue (ingest/outside_links.py)
+        from baton.ingest.catalogue.lookups import KatalogusCatalogue
+        from baton.ingest.outside_links import outside_links
 
-        context.katalogus = katalogus_link(store, settings)
+        context.links = outside_links(store, settings)
         context.catalogue = KatalogusCatalogue()
     return context
 

@@ -9,7 +9,7 @@ from sqlalchemy import update
 
 from baton.core.model import SchedulerSpec, SchedulerType
 from baton.core.settings import Settings
-from baton.ingest.catalogue import BUILTIN_CATALOGUE, load_catalogue_file, seed_catalogue
+from baton.ingest.catalogue.plugins_file import BUILTIN_CATALOGUE, load_catalogue_file, seed_catalogue
 from baton.ingest.events import InProcessSource
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.scheduler import SchedulerContext

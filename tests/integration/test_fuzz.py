@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance, unsuppor
 
 from baton.api import create_app
 from baton.core.settings import Settings
-from baton.ingest.catalogue import seed_catalogue
+from baton.ingest.catalogue.plugins_file import seed_catalogue
 from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
 from baton.storage.organisations import create_organisation

@@ -17,7 +17,7 @@ from baton.core.errors import ConflictError, FencedError, NotFoundError, QueueDi
 from baton.core.model import SchedulerSpec, TaskStatus
 from baton.core.queueing import PopTarget, PushRequest
 from baton.core.settings import Settings
-from baton.ingest.catalogue import PluginSpec
+from baton.ingest.catalogue.plugins_file import PluginSpec
 from baton.ingest.event_driven import EventDrivenScheduler
 from baton.ingest.events import InProcessSource
 from baton.ingest.planners.boefje import BoefjeScheduler

@@ -18,9 +18,9 @@ from baton.control.leadership import DatabaseLeaseLeader
 from baton.core.catalogue import KATALOGUS_SOURCE
 from baton.core.model import SchedulerSpec
 from baton.core.settings import Settings
+from baton.ingest.catalogue.lookups import KatalogusCatalogue
 from baton.ingest.events import InProcessSource
-from baton.ingest.katalogus import KatalogusCatalogue, KatalogusLink
-from baton.ingest.outside_services import OutsideServiceRecorder
+from baton.ingest.outside_links import OutsideLinks, OutsideServiceRecorder
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.scheduler import SchedulerContext
 from baton.openkat import KatalogusClient, OctopoesClient
@@ -44,7 +44,7 @@ class Estate:
 
     store: Store
     api: httpx.Client
-    link: KatalogusLink
+    link: OutsideLinks
     octopoes: OctopoesStandin
     suffix: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     clock: Clock = field(default_factory=Clock)
@@ -73,7 +73,7 @@ class Estate:
             source_factory=lambda spec: self.sources.setdefault(spec.id, InProcessSource()),
             catalogue=KatalogusCatalogue(),
             clock=self.clock,
-            katalogus=self.link,
+            links=self.link,
         )
         scheduler = BoefjeScheduler(SchedulerSpec(org, BoefjeScheduler.type), context)
         scheduler.setup()
@@ -101,7 +101,7 @@ def estate(store: Store, katalogus_url: str) -> Iterator[Estate]:
         httpx.Client(base_url=katalogus_url, timeout=10) as api,
         StandinServer(octopoes.app) as octopoes_server,
     ):
-        link = KatalogusLink(
+        link = OutsideLinks(
             KatalogusClient(client("katalogus", katalogus_url)),
             OctopoesClient(client("octopoes", octopoes_server.url)),
             POLL_SECONDS,

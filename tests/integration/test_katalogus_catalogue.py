@@ -9,7 +9,7 @@ import uuid
 from typing import Any
 
 from baton.core.model import SchedulerType
-from baton.ingest.catalogue import seed_catalogue
+from baton.ingest.catalogue.plugins_file import seed_catalogue
 from baton.ingest.planners.normalizer import NormalizerScheduler
 from baton.storage.catalogue_sync import plugin_enabled_for
 from baton.storage.engine import Store

@@ -18,7 +18,7 @@ from baton.control.katalogus import KATALOGUS_LOCK_KEY, KATALOGUS_ROLE, Katalogu
 from baton.control.leadership import DatabaseLeaseLeader
 from baton.core.catalogue import AUTO_SOURCE, KATALOGUS_SOURCE
 from baton.core.settings import LeaseSettings, Settings
-from baton.ingest.outside_services import OutsideServiceRecorder
+from baton.ingest.outside_links import OutsideServiceRecorder
 from baton.openkat import KatalogusClient
 from baton.storage.engine import Store
 from baton.storage.organisations import adopt_organisation, create_organisation

@@ -152,7 +152,7 @@ def test_octopoes_failing_leaves_the_new_boefjes_cursor_and_resumes(world: World
         world.octopoes.add_object("acme", f"Hostname|internet|h{n}.example", level=2)
     world.katalogus.add_boefje("dns-records", ["Hostname"], scan_level=1, enabled=True)
     scheduler = world.boefjes()
-    scheduler.backfill_page_size = 3
+    scheduler.backfiller.page_size = 3
     with capture_logs() as logs:
         scheduler.tick()  # the listing and the first page
         restore = OUTAGES[outage](world, "octopoes")

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from baton.core.model import SchedulerSpec, SchedulerType
 from baton.core.settings import Settings
-from baton.ingest.catalogue import PluginSpec
+from baton.ingest.catalogue.plugins_file import PluginSpec
 from baton.ingest.events import InProcessSource
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.scheduler import SchedulerContext

@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import pika
@@ -23,7 +24,7 @@ from baton.control.runners import ThreadRunner
 from baton.core.model import SchedulerSpec, SchedulerType, utcnow
 from baton.core.queueing import PopTarget
 from baton.core.settings import Settings
-from baton.ingest.catalogue import PluginSpec
+from baton.ingest.catalogue.plugins_file import PluginSpec
 from baton.ingest.events import (
     AnyEvent,
     OrganisationCreated,
@@ -186,8 +187,8 @@ def test_malformed_messages_go_to_the_dead_letter_queue_and_consuming_continues(
 class CrashBeforeCommit(NormalizerScheduler):
     """Dies like a SIGKILL after handling an event but before the transaction commits."""
 
-    def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
-        super().handle_batch(session, events)
+    def handle_batch(self, session: Session, events: Sequence[AnyEvent], now: datetime) -> list[dict[str, object]]:
+        super().handle_batch(session, events, now)
         session.flush()
         os._exit(9)
 

@@ -39,7 +39,7 @@ def estate(world: World) -> set[tuple[str, str]]:
 
 def boefje_scheduler(world: World) -> BoefjeScheduler:
     scheduler = world.boefjes()
-    scheduler.backfill_page_size = PAGE
+    scheduler.backfiller.page_size = PAGE
     return scheduler
 
 

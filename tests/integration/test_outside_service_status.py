@@ -149,7 +149,7 @@ def test_octopoes_and_bytes_failing_are_each_listed(
         world.octopoes.add_object("acme", f"Hostname|internet|h{n}.example", level=1)
     world.katalogus.add_boefje("dns-records", ["Hostname"], enabled=True)
     scheduler = world.boefjes()
-    scheduler.backfill_page_size = 2
+    scheduler.backfiller.page_size = 2
     try:
         scheduler.tick()  # the listing and the first page of objects
         restore_octopoes = OUTAGES[outage](world.octopoes_server, world.octopoes)

@@ -34,7 +34,7 @@ from baton.core.logging import get_logger
 from baton.core.model import utcnow
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
-from baton.ingest.outside_services import OutsideServiceRecorder
+from baton.ingest.outside_links import OutsideServiceRecorder
 from baton.openkat import KatalogusClient
 from baton.storage.engine import Store
 from baton.storage.leadership import leads_now
@@ -154,9 +154,9 @@ class KatalogusOrganisationSync(BackgroundService):
 
 def katalogus_services(store: Store, settings: Settings) -> list[BackgroundService]:
     """The organisation sync, when KATalogus is configured."""
-    from baton.ingest.katalogus import katalogus_link
+    from baton.ingest.outside_links import outside_links
 
-    link = katalogus_link(store, settings)
-    if link is None:
+    links = outside_links(store, settings)
+    if links is None:
         return []
-    return [KatalogusOrganisationSync(store, settings, link.katalogus, link.recorder)]
+    return [KatalogusOrganisationSync(store, settings, links.katalogus, links.recorder)]

@@ -1,5 +1,5 @@
 """KATalogus, Octopoes and Bytes as Baton's callers recorded them (storage/outside_services.py, written by
-ingest/outside_services.py), for `/ready`, `/metrics` and the status page. Every API replica reads the
+ingest/outside_links.py), for `/ready`, `/metrics` and the status page. Every API replica reads the
 same table, so each says the same; the rule that turns a record into up, down or unknown is in
 core/outside_services.py."""
 

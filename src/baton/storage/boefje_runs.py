@@ -3,7 +3,7 @@ the same boefje again within the grace period."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -80,5 +80,50 @@ def record_boefje_run(session: Session, organisation: str, boefje_id: str, objec
         .on_conflict_do_update(
             index_elements=[BoefjeRun.organisation, BoefjeRun.boefje_id, BoefjeRun.object_key],
             set_={"queued_at": now},
+        )
+    )
+
+
+def last_queued(
+    session: Session, organisation: str, pairs: Collection[tuple[str, str]]
+) -> dict[tuple[str, str], datetime]:
+    """When each of these (boefje, object) pairs was last queued (or last ran, as Bytes said), where known."""
+    if not pairs:
+        return {}
+    key = tuple_(BoefjeRun.boefje_id, BoefjeRun.object_key)
+    found: dict[tuple[str, str], datetime] = {}
+    distinct = sorted(set(pairs))
+    for start in range(0, len(distinct), 500):
+        rows = session.execute(
+            select(BoefjeRun.boefje_id, BoefjeRun.object_key, BoefjeRun.queued_at).where(
+                BoefjeRun.organisation == organisation, key.in_(distinct[start : start + 500])
+            )
+        )
+        found.update({(boefje_id, object_key): queued_at for boefje_id, object_key, queued_at in rows})
+    return found
+
+
+def remember_boefje_runs(session: Session, organisation: str, runs: Sequence[tuple[str, str, datetime]]) -> None:
+    """Record runs Baton did not queue itself (Bytes knows them: mula's, or started from OpenKAT's boefjes
+    API) as (boefje, object, when it ran); a pair's later record is kept."""
+    if not runs:
+        return
+    latest: dict[tuple[str, str], datetime] = {}
+    for boefje_id, object_key, ran_at in runs:
+        if len(boefje_id) <= 128 and len(object_key) <= 512:  # beyond the table's keys: never planned either
+            latest[(boefje_id, object_key)] = max(ran_at, latest.get((boefje_id, object_key), ran_at))
+    if not latest:
+        return
+    insert = insert_for(session)(BoefjeRun)
+    session.execute(
+        insert.values(
+            [
+                {"organisation": organisation, "boefje_id": boefje_id, "object_key": object_key, "queued_at": ran_at}
+                for (boefje_id, object_key), ran_at in sorted(latest.items())
+            ]
+        ).on_conflict_do_update(
+            index_elements=[BoefjeRun.organisation, BoefjeRun.boefje_id, BoefjeRun.object_key],
+            set_={"queued_at": insert.excluded.queued_at},
+            where=BoefjeRun.queued_at < insert.excluded.queued_at,
         )
     )

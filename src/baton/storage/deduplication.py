@@ -14,7 +14,6 @@ from typing import Any
 
 from sqlalchemy import (
     bindparam,
-    select,
 )
 
 from baton.core.deduplication import KEY
@@ -22,10 +21,6 @@ from baton.storage.push import Executable
 from baton.storage.tables import IS_QUEUED, Task
 
 # -- twins (written by the boefje scheduler that made the original) -----------------------------------
-
-
-def task_exists(executable: Executable, task_id: uuid.UUID) -> bool:
-    return executable.execute(select(Task.seq).where(Task.id == task_id)).first() is not None
 
 
 def mark_key(executable: Executable, task_id: uuid.UUID, data: Mapping[str, Any], key: str) -> bool:

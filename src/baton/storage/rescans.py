@@ -1,6 +1,6 @@
 """The SQL of periodic rescans: boefje schedules kept (one per organisation, boefje and object, keyed by the
 job's hash), the due ones read a page at a time oldest deadline first, and what a round decided written back
-in bulk. The decisions are ingest/planners/rescans.py's, the rules core/rescans.py's."""
+in bulk. The decisions are ingest/planners/rescan_rounds.py's, the rules core/rescans.py's."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, or_, select, text, update
+from sqlalchemy import and_, case, delete, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from baton.core.model import SchedulerType
@@ -277,3 +277,13 @@ FROM unnest(CAST(:ids AS uuid[]), CAST(:deadlines AS timestamptz[]), CAST(:last_
 WHERE s.id = u.id
 """
 )
+
+
+def delete_boefje_schedule(session: Session, organisation: str, schedule_hash: str) -> bool:
+    """Delete the organisation's boefje schedule with this hash (its job's); False when there is none."""
+    result = session.execute(
+        delete(Schedule).where(
+            Schedule.scheduler_id == BOEFJE, Schedule.organisation == organisation, Schedule.hash == schedule_hash
+        )
+    )
+    return bool(getattr(result, "rowcount", 0))

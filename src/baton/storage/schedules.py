@@ -8,16 +8,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, exists, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from baton.core.errors import ConflictError, NotFoundError
 from baton.core.filters import FilterTree
-from baton.core.model import utcnow
+from baton.core.model import TaskStatus, utcnow
 from baton.storage.filters import SCHEDULES, compile_tree
 from baton.storage.organisations import get_organisation
-from baton.storage.tables import Schedule
+from baton.storage.tables import Schedule, Task
 
 
 @dataclass(frozen=True)
@@ -137,17 +137,26 @@ def delete_schedule(
     return True
 
 
-def claim_due(session: Session, scheduler_id: str, organisation: str, now: datetime, limit: int) -> Sequence[Schedule]:
+def claim_due(
+    session: Session, scheduler_id: str, organisation: str, now: datetime, limit: int, *, queue: str | None = None
+) -> Sequence[Schedule]:
     """Enabled schedules of one scheduler and organisation whose deadline passed, locked with SKIP
-    LOCKED for this transaction (two schedulers never fire one schedule twice)."""
+    LOCKED for this transaction (two schedulers never fire one schedule twice). With `queue`: not those
+    whose task (by the schedule's hash) is still queued there, which wait, deadline kept, for it to leave."""
+    conditions = [
+        Schedule.scheduler_id == scheduler_id,
+        Schedule.organisation == organisation,
+        Schedule.enabled.is_(True),
+        Schedule.deadline_at <= now,
+    ]
+    if queue is not None:
+        queued = exists().where(
+            Task.scheduler_id == queue, Task.hash == Schedule.hash, Task.status == TaskStatus.QUEUED.value
+        )
+        conditions.append(~queued)
     return session.scalars(
         select(Schedule)
-        .where(
-            Schedule.scheduler_id == scheduler_id,
-            Schedule.organisation == organisation,
-            Schedule.enabled.is_(True),
-            Schedule.deadline_at <= now,
-        )
+        .where(*conditions)
         .order_by(Schedule.deadline_at)
         .limit(limit)
         .with_for_update(skip_locked=True)

@@ -417,6 +417,23 @@ class BoefjeBackfill(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class TwinCheck(Base):
+    """A boefje task made and not yet looked at for twins in other organisations: written in the
+    transaction that made the task, removed by the twin step that looks at it (so a restart between the
+    two loses none). Goes with its task."""
+
+    __tablename__ = "twin_checks"
+
+    task_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True)
+    organisation: Mapped[str] = mapped_column(String(64))
+    boefje_id: Mapped[str] = mapped_column(String(128))
+    scan_level: Mapped[int] = mapped_column(Integer)  # the boefje's, when the task was made
+    input_ooi: Mapped[str] = mapped_column(String(512))
+    noted_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_twin_checks_organisation", "organisation", "noted_at"),)
+
+
 class OutsideService(Base):
     """An outside service's state as its callers last saw it (KATalogus, Octopoes, Bytes): failing
     since `down_since` (None: answering), and when a caller last said so."""

@@ -1,46 +1,22 @@
-"""The plugin catalogue: which boefjes and normalizers exist, what they consume, where enabled.
+"""What a planner asks of the plugin catalogue: the enabled boefjes for an object, the enabled
+normalizers for a raw file's mime types, one plugin, every enabled boefje.
 
-Schedulers ask a `PluginCatalogue`; `DatabaseCatalogue` answers from the `plugins` and
-`plugin_settings` tables (a plugin's default, overridden per organisation). With KATalogus configured,
-`KatalogusCatalogue` (katalogus.py) answers from the same tables, filled from KATalogus' listings.
+`DatabaseCatalogue` is Baton's own catalogue: the `plugins` and `plugin_settings` tables (a plugin's
+default, overridden per organisation). `KatalogusCatalogue` answers from the same tables as KATalogus'
+listings wrote them (planners/catalogue_sync.py): a plugin runs for an organisation only when that
+organisation's listing enabled it. `BatchCatalogue` keeps one batch's answers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Literal, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from typing import Protocol
 
 from baton.core.catalogue import may_scan
-from baton.core.errors import ConfigurationError
-from baton.ingest.events import ScanLevel
-from baton.storage.catalogue_sync import plugin_enabled_for
+from baton.storage.catalogue_sync import plugin_enabled_for, plugins_enabled_by_setting
 from baton.storage.engine import Session
-from baton.storage.plugins import enabled_plugins, seed_plugins
+from baton.storage.plugins import enabled_plugins
 from baton.storage.tables import Plugin
-
-BUILTIN_CATALOGUE = Path(__file__).parent / "plugins.yml"
-PluginId = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-
-
-class PluginSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", from_attributes=True)
-
-    id: str = PluginId
-    type: Literal["boefje", "normalizer"]
-    name: str = Field(min_length=1, max_length=256)
-    consumes: list[str] = Field(min_length=1, max_length=64, description="Object types or mime types.")
-    scan_level: ScanLevel = Field(0, description="Boefjes: lowest object scan level they may scan.")
-    enabled: StrictBool = Field(True, description="Default for organisations without their own setting.")
-    version: str | None = Field(None, max_length=64, description="Plugin version (OpenKAT's runners show it).")
-    oci_image: str | None = Field(None, max_length=512, description="Boefjes: the container image that runs it.")
-
-
-class CatalogueFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    plugins: list[PluginSpec]
 
 
 class PluginCatalogue(Protocol):
@@ -112,20 +88,27 @@ class BatchCatalogue:
         return self.catalogue.enabled_boefjes(session, organisation)
 
 
-def load_catalogue_file(path: Path) -> list[PluginSpec]:
-    import yaml  # only the processes that seed the catalogue read it (not a scheduler)
+class KatalogusCatalogue:
+    """The catalogue as KATalogus said it last: a plugin runs for an organisation only when the
+    organisation's own listing enabled it."""
 
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigurationError(f"BATON_PLUGINS_FILE: cannot read the plugin catalogue {path}: {exc}") from exc
-    try:
-        return CatalogueFile.model_validate(raw).plugins
-    except ValidationError as exc:
-        raise ConfigurationError(f"BATON_PLUGINS_FILE: {path} is not a plugin catalogue: {exc}") from exc
+    def boefjes_for(self, session: Session, organisation: str, object_type: str, scan_level: int) -> list[Plugin]:
+        return [
+            plugin
+            for plugin in plugins_enabled_by_setting(session, organisation, "boefje")
+            if may_scan(plugin.consumes, plugin.scan_level, object_type, scan_level)
+        ]
 
+    def normalizers_for(self, session: Session, organisation: str, mime_types: Sequence[str]) -> list[Plugin]:
+        wanted = set(mime_types)
+        return [
+            plugin
+            for plugin in plugins_enabled_by_setting(session, organisation, "normalizer")
+            if wanted & set(plugin.consumes)
+        ]
 
-def seed_catalogue(session: Session, path: str | None) -> int:
-    """Seed from `path` (BATON_PLUGINS_FILE) or the built-in catalogue."""
-    specs = load_catalogue_file(Path(path) if path else BUILTIN_CATALOGUE)
-    return seed_plugins(session, [spec.model_dump() for spec in specs])
+    def enabled_plugin(self, session: Session, organisation: str, plugin_id: str) -> Plugin | None:
+        return plugin_enabled_for(session, organisation, plugin_id, by_setting_only=True)
+
+    def enabled_boefjes(self, session: Session, organisation: str) -> list[Plugin]:
+        return plugins_enabled_by_setting(session, organisation, "boefje")
