@@ -67,7 +67,13 @@ PACKAGE_PATHS = (
     "var/lib/baton",
     "usr/share/doc/baton",
 )
-# Baton keeps its tables in this schema of mula's database once BATON_DATABASE_SCHEMA is read.
+# `baton import-mula` and BATON_DATABASE_SCHEMA come with one change (the branch `import`): with it,
+# mula's database holds mula's tables (its stand-in), which Baton imports into its own schema `baton`;
+# before it, the database is a new one and Baton's tables are in `public`.
+try:
+    from harness.standins import mula_db
+except ImportError:
+    mula_db = None  # type: ignore[assignment]
 SCHEMA = "baton" if "database_schema" in Settings.model_fields else "public"
 
 
@@ -169,6 +175,24 @@ def tables(conninfo: str, schema: str) -> set[str]:
     return {row[0] for row in rows}
 
 
+def rows(conninfo: str, table: str) -> int:
+    with psycopg.connect(conninfo) as conn:
+        count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    return int(count[0]) if count else 0
+
+
+def public_rows(conninfo: str) -> dict[str, str]:
+    """Every table of schema public with a digest of all its rows: mula's tables, when mula ran there."""
+    digests = {}
+    with psycopg.connect(conninfo) as conn:
+        for table in sorted(tables(conninfo, "public")):
+            row = conn.execute(
+                f"SELECT md5(coalesce(string_agg(t::text, ',' ORDER BY t::text), '')) FROM \"{table}\" t"
+            )
+            digests[table] = str(row.fetchone())
+    return digests
+
+
 def mode(root: Path, path: str) -> tuple[str, str, int]:
     stat = (root / path).stat()
     names = {int(line.split(":")[2]): line.split(":")[0] for line in (root / "etc/passwd").read_text().splitlines()}
@@ -190,6 +214,10 @@ def test_the_package_takes_kat_mulas_place(package: Package, base: BaseRoot, roo
     with fresh_postgres_database("baton_deb") as conninfo:
         dbname = conninfo.rsplit("dbname=", 1)[1].split()[0].strip("'")
         scheduler_db = database_url(admin, dbname)
+
+        if mula_db is not None:  # mula ran here: its tables, in every state it leaves rows in
+            mula_db.fill_example(mula_db.MulaDatabase(conninfo, "0010").create())
+        mula_rows = public_rows(conninfo)
 
         # OpenKAT's scheduler is installed, its database not reachable yet.
         unreachable = f"postgresql://postgres@127.0.0.1:{closed}/{dbname}"
@@ -228,10 +256,15 @@ def test_the_package_takes_kat_mulas_place(package: Package, base: BaseRoot, roo
         (root / "etc/kat/mula.conf").write_text("\n".join(fixed) + "\n")
         updated = in_root(root, "update-baton-db")
         assert updated.returncode == 0, updated.stdout + updated.stderr
-        assert f"127.0.0.1:{urlsplit(scheduler_db).port}/{dbname} is up to date" in updated.stdout
-        # A new OpenKAT database holds none of mula's tables: nothing to import, said in one line.
-        assert "update-baton-db: no state of mula's imported" in updated.stdout
+        migrated = updated.stdout.splitlines()[0]
+        assert f"127.0.0.1:{urlsplit(scheduler_db).port}/{dbname}" in migrated and "is up to date" in migrated
         assert {"tasks", "schedules", "organisations"} <= tables(conninfo, SCHEMA)
+        imported = root / "var/lib/baton/mula-imported"
+        if mula_db is not None:  # mula's tasks and schedules, once, beside mula's own rows
+            assert imported.exists() and rows(conninfo, "baton.tasks") > 0 and rows(conninfo, "baton.schedules") > 0
+        else:  # a database without mula's tables: nothing to import, said in one line
+            assert "update-baton-db: no state of mula's imported" in updated.stdout and not imported.exists()
+        assert public_rows(conninfo) == mula_rows or SCHEMA == "public"
 
         # 4. What the unit starts, with the unit's environment, as its user: OpenKAT's API on mula's port.
         command = unit_command(root, UNIT)
@@ -253,7 +286,11 @@ def test_the_package_takes_kat_mulas_place(package: Package, base: BaseRoot, roo
             # rocky and the runners send no token; a pop of mula's boefje queue answers as mula's.
             popped = httpx.post(f"{url}/schedulers/boefje/pop", timeout=10)
             assert popped.status_code == 200, popped.text
-            assert popped.json() == {"results": []}
+            if mula_db is not None:  # mula's queued tasks, its manual run (priority 1) first
+                (task,) = popped.json()["results"]
+                assert (task["priority"], task["status"]) == (1, "dispatched"), task
+            else:
+                assert popped.json() == {"results": []}
             ready = httpx.get(f"{url}/ready", timeout=10).json()
             assert ready["database"] == "postgresql"
             # KATalogus, Octopoes and Bytes where kat-mula's defaults put them (nothing listens there).
@@ -290,7 +327,7 @@ def test_the_package_takes_kat_mulas_place(package: Package, base: BaseRoot, roo
         assert user_exists(root, "kat") and (root / "etc/kat/mula.conf").exists()
         assert {"tasks", "schedules"} <= tables(conninfo, SCHEMA)
         if SCHEMA != "public":
-            assert tables(conninfo, "public") == set(), "mula's schema untouched"
+            assert public_rows(conninfo) == mula_rows, "mula's tables untouched throughout"
 
     build = (
         f"waited {package.seconds:.0f} s for scripts/test.sh's build"
