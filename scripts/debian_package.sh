@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build Baton's Debian package, baton_<version>_<arch>.deb, in the style of OpenKAT's kat-mula: Baton and
 # its dependencies in a virtualenv at /opt/venvs/baton (dh-virtualenv, Debian's python3), the unit
-# baton.service, /etc/baton/baton.conf, update-baton-db; packaging/ holds the debian/ folder and the files.
+# baton.service, /etc/baton/baton.conf, baton and update-baton-db; packaging/ holds the debian/ folder and the files.
 #   1. installs dh-virtualenv, debhelper, lintian and python3-venv (Debian; as root) when missing;
 #   2. copies what the package is built from (pyproject.toml, README.md, src/, packaging/) to
 #      build/debian/source/baton-<version>/, writes its debian/changelog, runs dpkg-buildpackage -b
@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
     --output) OUTPUT=$(realpath -m "${2:?--output needs a folder}"); shift ;;
     --no-lint) LINT=0 ;;
     --dry-run) DRY_RUN=1 ;;
-    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "debian_package.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
