@@ -143,12 +143,13 @@ class UnitCommand:
     environment: dict[str, str]
     user: str
     working_directory: str
+    before: list[list[str]]  # ExecStartPre=, each to succeed before ExecStart= runs
 
 
 def unit_command(root: Path, unit: str) -> UnitCommand:
-    """What systemd would start for `unit` inside `root`: ExecStart=, with the environment its
-    EnvironmentFile= lines give (in order, later files winning; a `-` file may be missing), as User=
-    in WorkingDirectory=."""
+    """What systemd would start for `unit` inside `root`: ExecStartPre= then ExecStart=, with the
+    environment its EnvironmentFile= lines give (in order, later files winning; a `-` file may be
+    missing), as User= in WorkingDirectory=."""
     settings = unit_settings((root / unit.lstrip("/")).read_text())
     values = dict(settings)
     user = values.get("User", "root")
@@ -164,7 +165,9 @@ def unit_command(root: Path, unit: str) -> UnitCommand:
                 environment.update(environment_file(path.read_text()))
             elif not optional:
                 raise FileNotFoundError(f"{unit}: EnvironmentFile={value} is missing")
-    return UnitCommand(shlex.split(values["ExecStart"]), environment, user, values.get("WorkingDirectory", "/"))
+    before = [shlex.split(value) for key, value in settings if key == "ExecStartPre"]
+    working_directory = values.get("WorkingDirectory", "/")
+    return UnitCommand(shlex.split(values["ExecStart"]), environment, user, working_directory, before)
 
 
 def passwd(root: Path) -> list[str]:
@@ -183,11 +186,10 @@ def user_ids(root: Path, user: str) -> tuple[int, int, list[int]]:
     return uid, gid, groups
 
 
-@contextmanager
-def started(root: Path, command: UnitCommand, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Start the unit's command in the root as its user, with exactly its environment; SIGTERM at the end."""
+def as_unit(root: Path, command: UnitCommand, argv: list[str]) -> list[str]:
+    """`argv` run in the root as the unit's user and groups, in its working directory."""
     uid, gid, groups = user_ids(root, command.user)
-    argv = [
+    return [
         "chroot",
         f"--userspec={uid}:{gid}",
         f"--groups={','.join(map(str, groups))}",
@@ -196,9 +198,21 @@ def started(root: Path, command: UnitCommand, log: Path) -> Iterator[subprocess.
         "-c",
         'cd "$0" && exec "$@"',
         command.working_directory,
-        *command.argv,
+        *argv,
     ]
+
+
+@contextmanager
+def started(root: Path, command: UnitCommand, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Start the unit in the root as systemd would: each ExecStartPre= to its end (one failing fails the
+    start: RuntimeError with its output), then ExecStart=, all as its user with exactly its environment;
+    SIGTERM at the end. Their output goes to `log`."""
     with open(log, "wb") as output:
+        for before in command.before:
+            done = subprocess.run(as_unit(root, command, before), env=command.environment, stdout=output, stderr=output)
+            if done.returncode != 0:
+                raise RuntimeError(f"ExecStartPre={shlex.join(before)} failed ({done.returncode}):\n{log.read_text()}")
+        argv = as_unit(root, command, command.argv)
         child = subprocess.Popen(argv, env=command.environment, stdout=output, stderr=subprocess.STDOUT)
     try:
         yield child

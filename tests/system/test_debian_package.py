@@ -250,25 +250,21 @@ def test_the_package_takes_kat_mulas_place(package: Package, base: BaseRoot, roo
         verified = subprocess.run(["systemd-analyze", "verify", f"--root={root}", UNIT], capture_output=True, text=True)
         assert verified.returncode == 0, verified.stderr
 
-        # 3. The database answers now: the operator runs what the installation said.
+        # 3. The unit, started while the database is still down, does not serve: its ExecStartPre
+        # (update-baton-db) fails, and systemd would try again (Restart=on-failure).
+        command = unit_command(root, UNIT)
+        assert command.before == [["/usr/bin/update-baton-db"]]
+        assert command.argv == ["/usr/lib/baton/baton-env", "/opt/venvs/baton/bin/baton", "serve"]
+        failed = "ExecStartPre=/usr/bin/update-baton-db failed"
+        with pytest.raises(RuntimeError, match=failed), unit_started(root, command, tmp_path / "down.log"):
+            pytest.fail("the unit served without its database")
+
+        # 4. The database answers now (the settings fixed): the unit's start migrates, imports mula's
+        # state once, then serves, with the unit's environment, as its user: OpenKAT's API on mula's port.
         conf = (root / "etc/kat/mula.conf").read_text().splitlines()
         fixed = [f"SCHEDULER_DB_URI={scheduler_db}" if line.startswith("SCHEDULER_DB_URI=") else line for line in conf]
         (root / "etc/kat/mula.conf").write_text("\n".join(fixed) + "\n")
-        updated = in_root(root, "update-baton-db")
-        assert updated.returncode == 0, updated.stdout + updated.stderr
-        migrated = updated.stdout.splitlines()[0]
-        assert f"127.0.0.1:{urlsplit(scheduler_db).port}/{dbname}" in migrated and "is up to date" in migrated
-        assert {"tasks", "schedules", "organisations"} <= tables(conninfo, SCHEMA)
-        imported = root / "var/lib/baton/mula-imported"
-        if mula_db is not None:  # mula's tasks and schedules, once, beside mula's own rows
-            assert imported.exists() and rows(conninfo, "baton.tasks") > 0 and rows(conninfo, "baton.schedules") > 0
-        else:  # a database without mula's tables: nothing to import, said in one line
-            assert "update-baton-db: no state of mula's imported" in updated.stdout and not imported.exists()
-        assert public_rows(conninfo) == mula_rows or SCHEMA == "public"
-
-        # 4. What the unit starts, with the unit's environment, as its user: OpenKAT's API on mula's port.
         command = unit_command(root, UNIT)
-        assert command.argv == ["/usr/lib/baton/baton-env", "/opt/venvs/baton/bin/baton", "serve"]
         assert command.environment["SCHEDULER_API_PORT"] == str(port)  # mula.conf's, over the defaults'
         assert command.environment["SCHEDULER_API_HOST"] == "localhost"  # kat-mula's default
         with unit_started(root, command, tmp_path / "serve.log") as server:
@@ -297,8 +293,18 @@ def test_the_package_takes_kat_mulas_place(package: Package, base: BaseRoot, roo
             assert {"katalogus", "octopoes", "bytes"} <= set(ready.get("outside_services", {})), ready
         serve_log = (tmp_path / "serve.log").read_text()
         assert "url=http://localhost:8003" in serve_log, serve_log[-3000:]
+        (migrated,) = [line for line in serve_log.splitlines() if "is up to date" in line]  # by update-baton-db
+        assert f"127.0.0.1:{urlsplit(scheduler_db).port}/{dbname}" in migrated
+        assert {"tasks", "schedules", "organisations"} <= tables(conninfo, SCHEMA)
+        imported = root / "var/lib/baton/mula-imported"
+        if mula_db is not None:  # mula's tasks and schedules, once, beside mula's own rows
+            assert imported.exists() and rows(conninfo, "baton.tasks") > 0 and rows(conninfo, "baton.schedules") > 0
+        else:  # a database without mula's tables: nothing to import, said in one line
+            assert "update-baton-db: no state of mula's imported" in serve_log and not imported.exists()
+        assert public_rows(conninfo) == mula_rows or SCHEMA == "public"
 
-        # 5. An upgrade (the same version again): the old bytecode goes first, the new is compiled.
+        # 5. An upgrade (the same version again): the old bytecode goes first, the new is compiled, and
+        # the postinst's update-baton-db (root switching to baton) finds the database up to date.
         upgraded = dpkg(root, "-i", f"/tmp/{package.path.name}")
         assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
         assert "not empty" not in upgraded.stdout + upgraded.stderr
