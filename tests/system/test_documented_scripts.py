@@ -4,7 +4,8 @@ the files it would write untouched (docs/development.md lists them and what CI r
 The full sizes take far longer than the suite may: `bash bench/run.sh --quick` ran for more than
 19 minutes on a loaded 2-core machine, so CI runs one scenario of it (`ingest`) at quick size;
 `scripts/fuzz.sh` runs a few examples of the SQLite operations. The container scripts need root and
-Podman, so CI runs their `--dry-run`, which checks their prerequisites and prints the plan.
+Podman, so CI runs their `--dry-run`, which checks their prerequisites and prints the plan; so for
+scripts/debian_package.sh, whose real run tests/system/test_debian_package.py makes.
 """
 
 from __future__ import annotations
@@ -89,6 +90,14 @@ def test_image_build_dry_run_checks_prerequisites_and_prints_the_plan() -> None:
         assert done.returncode == 1
         assert "missing: " in done.stderr
     assert not (ROOT / "build" / "containers-images.json.tmp").exists()
+
+
+def test_debian_package_dry_run_checks_the_tools_and_prints_the_plan() -> None:
+    done = run("bash", "scripts/debian_package.sh", "--dry-run", "--output", "/nonexistent/debian")
+    assert done.returncode == 0, done.stderr
+    assert "build: dpkg-buildpackage -b with Python 3." in done.stdout
+    assert "-> /nonexistent/debian/baton_0.1.0_" in done.stdout
+    assert not Path("/nonexistent/debian").exists()
 
 
 def test_replication_experiment_dry_run_prints_the_plan_without_podman() -> None:

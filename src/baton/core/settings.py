@@ -54,7 +54,9 @@ class OpenKatNames(PydanticBaseSettingsSource):
         return None, field_name, False  # __call__ reads every name at once
 
     def __call__(self) -> dict[str, Any]:
-        environment = {name.upper(): value for name, value in os.environ.items()}
+        # An empty value counts as unset: OpenKAT's configuration templates (its `.env-dist`,
+        # `/etc/kat/mula.conf`) carry `QUEUE_URI=`, `SCHEDULER_DB_URI=` lines left to fill in.
+        environment = {name.upper(): value for name, value in os.environ.items() if value.strip()}
         return {field: environment[name] for field, name in self.names.items() if name in environment}
 
 
@@ -291,6 +293,15 @@ OPENKAT_SERVICE_NAMES = {
 }
 
 
+# mula's own variables for Settings' fields (its `/etc/kat/mula.conf`, its compose service's `.env`):
+# where it kept its state and where it listened, so rocky and the runners find Baton at mula's address.
+OPENKAT_SCHEDULER_NAMES = {
+    "database_url": "SCHEDULER_DB_URI",
+    "host": "SCHEDULER_API_HOST",
+    "port": "SCHEDULER_API_PORT",
+}
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BATON_", extra="ignore")
 
@@ -298,10 +309,14 @@ class Settings(BaseSettings):
         DEFAULT_DATABASE_URL,
         description="The store: `sqlite:///path/baton.db` (one process), or PostgreSQL as a URL "
         "(`postgresql://user@host:port/db`; several hosts too, as `pg_autoctl show uri` prints them) or a libpq "
-        "key/value string; what it leaves out comes from the PG* variables.",
+        "key/value string; what it leaves out comes from the PG* variables (also SCHEDULER_DB_URI, mula's).",
     )
-    host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
-    port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API listens on.")
+    host: str = Field(
+        "127.0.0.1", description="Address the HTTP API listens on (also SCHEDULER_API_HOST, where mula listened)."
+    )
+    port: int = Field(
+        8000, ge=1, le=65535, description="Port the HTTP API listens on (also SCHEDULER_API_PORT, mula's port)."
+    )
     workers: int = Field(
         1, ge=1, le=64, description="API processes of one `baton serve` (its director runs once, in the parent)."
     )
@@ -415,7 +430,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources = (init_settings, env_settings, dotenv_settings, file_secret_settings)
-        return with_openkat_names(settings_cls, {"database_url": "SCHEDULER_DB_URI"}, *sources)
+        return with_openkat_names(settings_cls, OPENKAT_SCHEDULER_NAMES, *sources)
 
     @model_validator(mode="before")
     @classmethod
