@@ -1,13 +1,17 @@
 """Throw-away servers: a private PostgreSQL cluster (from the binaries scripts/services.sh found),
-the RabbitMQ broker scripts/services.sh started, and Baton API replicas as real processes."""
+the RabbitMQ broker scripts/services.sh started or a private one, and Baton API replicas as real
+processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -49,10 +53,84 @@ class ThrowawayPostgres:
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
 
 
-def rabbitmqctl(*args: str) -> None:
-    """Run rabbitmqctl against the throw-away broker that scripts/services.sh started."""
-    env = {**os.environ, "HOME": os.environ["BATON_TEST_RABBITMQ_HOME"]}
-    subprocess.run([os.environ["BATON_TEST_RABBITMQCTL"], *args], env=env, check=True, capture_output=True, timeout=120)
+def rabbitmqctl(*args: str, env: dict[str, str] | None = None) -> None:
+    """Run rabbitmqctl against the throw-away broker that scripts/services.sh started (or, given the
+    environment of another node, that node). Each call starts an Erlang VM: seconds of CPU."""
+    env = env or {**os.environ, "HOME": os.environ["BATON_TEST_RABBITMQ_HOME"]}
+    command = [os.environ["BATON_TEST_RABBITMQCTL"], *args]
+    subprocess.run(command, env=env, check=True, capture_output=True, timeout=120)
+
+
+def add_rabbitmq_vhost(name: str, user: str = "guest") -> None:
+    """A virtual host on the shared test broker, with every permission for `user`: one rabbitmqctl
+    call (add_vhost and set_permissions would be two)."""
+    definitions = {
+        "vhosts": [{"name": name}],
+        "permissions": [{"user": user, "vhost": name, "configure": ".*", "write": ".*", "read": ".*"}],
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as file:  # from stdin, it may never return
+        json.dump(definitions, file)
+        file.flush()
+        rabbitmqctl("import_definitions", file.name)
+
+
+class ThrowawayRabbitMQ:
+    """A private RabbitMQ node (for tests that stop or restart the broker), configured as
+    scripts/services.sh configures the shared one: its own ports, node name, files and Erlang cookie."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = free_port()
+        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        self.env = {
+            **os.environ,
+            "HOME": str(directory),  # the Erlang cookie
+            "RABBITMQ_NODENAME": f"baton-private-{self.port}@localhost",
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(free_port()),
+            "RABBITMQ_MNESIA_BASE": str(directory / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(directory / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(directory / "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": str(directory / "rabbitmq"),
+            "RABBITMQ_PID_FILE": str(directory / "rabbitmq.pid"),
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def ctl(self, *args: str) -> None:
+        rabbitmqctl(*args, env=self.env)
+
+    def start(self) -> None:
+        (self.directory / "enabled_plugins").write_text("[].\n")
+        (self.directory / "rabbitmq.conf").write_text(f"loopback_users = none\nlisteners.tcp.default = {self.port}\n")
+        server = Path(os.environ["BATON_TEST_RABBITMQCTL"]).with_name("rabbitmq-server")
+        with (self.directory / "server.log").open("wb") as log:
+            self.process = subprocess.Popen(
+                [str(server)], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        # The AMQP listener opens once the node has booted; polling it costs no rabbitmqctl VM.
+        deadline = time.monotonic() + 120
+        while not self.accepts():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"RabbitMQ did not start: {self.directory / 'server.log'}")
+            time.sleep(0.2)
+
+    def accepts(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), 1).close()
+            return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()  # the script stops its Erlang VM cleanly on SIGTERM
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)  # the script and its VM
+            self.process.wait()
 
 
 def start_api_replica(env: dict[str, str], port: int, stdout: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:

@@ -2,7 +2,8 @@
 # The test suite, against real servers: starts a throw-away PostgreSQL and RabbitMQ (installing the
 # Debian packages when missing and run as root, chromium and prometheus too), runs ruff, mypy, the
 # import-layer contracts, builds the documentation site (strict: a broken link fails), checks the
-# alert rules with promtool, runs pytest (tests/unit, integration, system), and stops the servers.
+# alert rules with promtool, runs pytest (tests/unit, integration, system) on several workers beside
+# those checks, and stops the servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/services.sh
@@ -58,11 +59,27 @@ if [ "$(id -u)" = 0 ] && command -v dh_virtualenv >/dev/null && command -v deboo
 fi
 ruff check src harness tests bench scripts
 ruff format --check src harness tests bench scripts
-mypy
-lint-imports
-NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$TMPDIR/site"  # not --quiet: it hides the warnings strict counts
-if command -v promtool >/dev/null; then
-  promtool check rules deploy/observability/baton-alerts.yml
-  promtool test rules deploy/observability/baton-alerts.test.yml
-fi
-python -m pytest --basetemp="$TMPDIR/pytest" "$@"
+# The slower checks run beside pytest, whose tests mostly wait (on servers, processes, timeouts);
+# their output is shown after pytest's, and any failure fails the run.
+(
+  set -e
+  mypy
+  lint-imports
+  NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$TMPDIR/site"  # not --quiet: it hides the warnings strict counts
+  if command -v promtool >/dev/null; then
+    promtool check rules deploy/observability/baton-alerts.yml
+    promtool test rules deploy/observability/baton-alerts.test.yml
+  fi
+) >"$TMPDIR/checks.log" 2>&1 &
+checks=$!
+# pytest-xdist workers (docs/development.md, "Tests"): each has its own database and virtual host.
+# Tests of one xdist_group run on one worker. Arguments given here come after, so `-n 0` runs serially.
+pytest_status=0
+python -m pytest --basetemp="$TMPDIR/pytest" -n "${BATON_TEST_WORKERS:-4}" --dist loadgroup "$@" || pytest_status=$?
+checks_status=0
+wait "$checks" || checks_status=$?
+echo "--- mypy, lint-imports, mkdocs build --strict, promtool"
+cat "$TMPDIR/checks.log"
+if [ "$checks_status" != 0 ]; then echo "the checks above failed" >&2; fi
+if [ "$pytest_status" != 0 ]; then exit "$pytest_status"; fi
+exit "$checks_status"

@@ -2,6 +2,12 @@
 
 `scripts/test.sh` starts PostgreSQL and sets BATON_TEST_POSTGRES_URL. Without it the PostgreSQL
 half is skipped locally, but fails under CI so a broken service set-up cannot pass silently.
+
+The suite runs in parallel (pytest-xdist, `scripts/test.sh` starts several workers). Each worker has
+a PostgreSQL database of its own (made in `pytest_configure`, dropped at its end) and, once a test of
+it asks for `amqp_url`, a RabbitMQ virtual host of its own; both are exported as BATON_TEST_POSTGRES_URL
+and BATON_TEST_AMQP_URL, so processes a test starts use them too. A test that stops or restarts a
+server takes a private one (`private_rabbitmq`; harness.servers.ThrowawayPostgres).
 """
 
 from __future__ import annotations
@@ -16,15 +22,18 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import settings as hypothesis_settings
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 
 from baton.api import create_app
 from baton.core.settings import Settings
 from baton.storage.engine import Store
 from baton.storage.tables import Base
 from baton.storage.urls import libpq_conninfo
+from harness.servers import ThrowawayRabbitMQ, add_rabbitmq_vhost, rabbitmqctl
 
+# Under pytest-xdist each worker replaces these with its own database and virtual host (below).
 POSTGRES_URL = os.environ.get("BATON_TEST_POSTGRES_URL")
+AMQP_URL = os.environ.get("BATON_TEST_AMQP_URL")
 _migrated: set[str] = set()
 
 # `ci` (the default): the same cases on every run and every machine, so a green run means the
@@ -32,6 +41,43 @@ _migrated: set[str] = set()
 hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 hypothesis_settings.register_profile("deep", derandomize=False, database=None, print_blob=True)
 hypothesis_settings.load_profile(os.environ.get("BATON_HYPOTHESIS_PROFILE", "ci"))
+
+
+def xdist_worker(config: pytest.Config) -> str | None:
+    """This process's pytest-xdist worker id with the run's id (`gw0_1a2b3c`), None when not a worker.
+    Read from the config, not the environment: a pytest a test starts inherits PYTEST_XDIST_WORKER."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return None
+    return f"{workerinput['workerid']}_{workerinput['testrunuid'][:6]}"
+
+
+_SHARED_POSTGRES_URL = POSTGRES_URL
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A pytest-xdist worker's own PostgreSQL database, so that workers never see each other's rows,
+    NOTIFYs or advisory locks."""
+    global POSTGRES_URL
+    worker = xdist_worker(config)
+    if worker is None or not _SHARED_POSTGRES_URL:
+        return
+    shared = make_url(_SHARED_POSTGRES_URL)
+    with psycopg.connect(libpq_conninfo(_SHARED_POSTGRES_URL), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{shared.database}_{worker}"')
+    POSTGRES_URL = shared.set(database=f"{shared.database}_{worker}").render_as_string(hide_password=False)
+    os.environ["BATON_TEST_POSTGRES_URL"] = POSTGRES_URL
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Drops the worker's database. Here, not in pytest_unconfigure: xdist may end a worker once its
+    session has finished."""
+    worker = xdist_worker(session.config)
+    if worker is None or not _SHARED_POSTGRES_URL:
+        return
+    name = f"{make_url(_SHARED_POSTGRES_URL).database}_{worker}"
+    with psycopg.connect(libpq_conninfo(_SHARED_POSTGRES_URL), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextmanager
@@ -112,13 +158,44 @@ def client(settings: Settings, store: Store) -> Iterator[TestClient]:
         yield test_client
 
 
-AMQP_URL = os.environ.get("BATON_TEST_AMQP_URL")
-
-
-@pytest.fixture
-def amqp_url() -> str:
+def shared_amqp_url() -> str:
     if not AMQP_URL:
         if os.environ.get("CI"):
             pytest.fail("BATON_TEST_AMQP_URL is not set under CI: run the suite with scripts/test.sh")
         pytest.skip("no RabbitMQ: run the suite with scripts/test.sh")
     return AMQP_URL
+
+
+@pytest.fixture(scope="session")
+def amqp_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The test broker; under pytest-xdist a virtual host of this worker's own (OpenKAT's queue names
+    are fixed: two workers on one virtual host would take each other's messages). Made when a test of
+    the worker first asks for it, deleted at the worker's end. A test that stops the broker takes
+    `private_rabbitmq` instead."""
+    global AMQP_URL
+    shared = shared_amqp_url()
+    worker = xdist_worker(request.config)
+    if worker is None:
+        yield shared
+        return
+    vhost = f"baton-{worker}"
+    add_rabbitmq_vhost(vhost)
+    AMQP_URL = os.environ["BATON_TEST_AMQP_URL"] = f"{shared.rsplit('/', 1)[0]}/{vhost}"
+    try:
+        yield AMQP_URL
+    finally:
+        AMQP_URL = os.environ["BATON_TEST_AMQP_URL"] = shared
+        rabbitmqctl("delete_vhost", vhost)
+
+
+@pytest.fixture
+def private_rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThrowawayRabbitMQ]:
+    """A RabbitMQ node of the test's own, for a test that stops or restarts the broker (the shared
+    one serves the other workers meanwhile)."""
+    shared_amqp_url()  # skips (or fails under CI) without RabbitMQ, as the shared broker's tests do
+    broker = ThrowawayRabbitMQ(tmp_path_factory.mktemp("rabbitmq"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -215,12 +215,16 @@ def owners(store: Store) -> set[str | None]:
 def kill_lock_connection(store: Store) -> None:
     """pg_terminate_backend on the liveness lock's holder, and wait until the server freed the lock
     (termination is asynchronous)."""
-    held = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = :key AND granted")
+    # Advisory locks are per database: other tests' databases on the server hold the same key.
+    this_database = "database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    held = text(
+        f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = :key AND granted AND {this_database}"
+    )
     with store.engine.connect() as admin:
         admin.execute(
             text(
                 "SELECT pg_terminate_backend(pid) FROM pg_locks "
-                "WHERE locktype = 'advisory' AND objid = :key AND granted"
+                f"WHERE locktype = 'advisory' AND objid = :key AND granted AND {this_database}"
             ),
             {"key": LIVENESS_LOCK_KEY},
         )

@@ -202,7 +202,8 @@ def test_waiting_pops_survive_a_lost_listen_connection(pg_store: Store) -> None:
         assert wait_until(lambda: listening(pg_store) == 1, timeout=SETTLE)
         with psycopg.connect(libpq_conninfo(pg_store.url), autocommit=True) as admin:
             killed = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = %s AND datname = current_database()",
                 (APPLICATION_NAME,),
             ).fetchone()
         assert killed == (1,)
@@ -211,10 +212,11 @@ def test_waiting_pops_survive_a_lost_listen_connection(pg_store: Store) -> None:
 
 
 def listening(store: Store) -> int:
-    """The LISTEN connections of API processes on the test server."""
+    """The LISTEN connections of API processes on the test's database."""
     with psycopg.connect(libpq_conninfo(store.url), autocommit=True) as admin:
         found = admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (APPLICATION_NAME,)
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND datname = current_database()",
+            (APPLICATION_NAME,),
         ).fetchone()
     return int(found[0]) if found else 0
 
@@ -222,7 +224,8 @@ def listening(store: Store) -> int:
 def test_a_server_listens_only_while_pops_wait(pg_store: Store) -> None:
     """Without waiters no notification reaches the API process: pushes then cost it nothing extra."""
     add_organisation(pg_store, "acme", maxsize=0)
-    with api_replicas(pg_store.url, 1, NO_RECHECK) as urls, background() as pool:
+    env = {**NO_RECHECK, "BATON_POP_LISTEN_CHECK_SECONDS": "0.5"}  # idle close after two checks: 1 s, not 20
+    with api_replicas(pg_store.url, 1, env) as urls, background() as pool:
         httpx.post(f"{urls[0]}/queues/{QUEUE}/pop").raise_for_status()
         assert listening(pg_store) == 0
         waiting = waiting_pop(pool, urls[0])
@@ -230,7 +233,7 @@ def test_a_server_listens_only_while_pops_wait(pg_store: Store) -> None:
         assert wait_until(lambda: listening(pg_store) == 1, timeout=SETTLE)
         push(pg_store, QUEUE, data={"n": 1})
         assert answer(waiting)["status"] == "dispatched"
-        assert wait_until(lambda: listening(pg_store) == 0, timeout=SETTLE)  # closed when idle (about 20 s)
+        assert wait_until(lambda: listening(pg_store) == 0, timeout=SETTLE)  # closed when idle
 
 
 def test_a_stopping_server_answers_its_waiting_pops_at_once(acme: Store) -> None:

@@ -42,7 +42,7 @@ from baton.storage.engine import Store
 from baton.storage.queues import operations as queues
 from baton.storage.scheduling.plugins import seed_plugins
 from baton.storage.tables import Organisation, Plugin, Scheduler, Task
-from harness.servers import rabbitmqctl
+from harness.servers import ThrowawayRabbitMQ
 from harness.waiting import wait_until
 
 NORMALIZERS = [PluginSpec(id="norm-a", type="normalizer", name="A", consumes=["text/a"])]
@@ -222,7 +222,11 @@ def test_a_consumer_killed_between_receive_and_commit_gets_its_message_redeliver
         publisher.close()
 
 
-def test_broker_restart_mid_stream_loses_and_duplicates_nothing(store: Store, amqp_url: str) -> None:
+def test_broker_restart_mid_stream_loses_and_duplicates_nothing(
+    store: Store, private_rabbitmq: ThrowawayRabbitMQ
+) -> None:
+    """On a broker of its own: the other tests' broker stays up meanwhile."""
+    amqp_url = private_rabbitmq.url
     org = new_org(store)
     total = 1000
     scheduler = normalizer(store, amqp_url, org)
@@ -240,9 +244,9 @@ def test_broker_restart_mid_stream_loses_and_duplicates_nothing(store: Store, am
     producer.start()
     try:
         assert wait_until(lambda: task_count(store, org) >= 200, 60)
-        rabbitmqctl("stop_app")
+        private_rabbitmq.ctl("stop_app")
         time.sleep(1.0)
-        rabbitmqctl("start_app")
+        private_rabbitmq.ctl("start_app")
         assert published.wait(180), "the publisher did not finish"
         assert wait_until(lambda: task_count(store, org) >= total, 180), task_count(store, org)
         time.sleep(1.0)  # any duplicate would arrive now

@@ -57,7 +57,9 @@ def test_fuzz_script_that_fails_leaves_its_page_as_it_was(tmp_path: Path) -> Non
 
 
 @pytest.mark.timeout(400)
-def test_benchmark_script_runs_one_scenario_at_quick_size(tmp_path: Path) -> None:
+def test_benchmark_script_runs_one_scenario_at_quick_size(tmp_path: Path, amqp_url: str, pg_url: str) -> None:
+    # bench/run.sh takes the servers from BATON_TEST_AMQP_URL and BATON_TEST_POSTGRES_URL, which the
+    # fixtures point at this worker's virtual host and database.
     results = tmp_path / "benchmarks.json"
     done = run("bash", "bench/run.sh", "--quick", "--only", "ingest", "--results", str(results))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -67,12 +69,12 @@ def test_benchmark_script_runs_one_scenario_at_quick_size(tmp_path: Path) -> Non
     assert not list(tmp_path.glob(".bench-staging-*"))
 
 
-def test_benchmark_that_fails_leaves_results_and_documents_as_they_were(tmp_path: Path) -> None:
+def test_benchmark_that_fails_leaves_results_and_documents_as_they_were(tmp_path: Path, amqp_url: str) -> None:
     results = tmp_path / "benchmarks.json"
     results.write_text('{"meta": {}, "scenarios": {}}\n')
     done = run(
         "python", "-m", "bench.run", "--quick", "--only", "ingest", "--results", str(results),
-        "--database-url", "postgresql+psycopg://nobody@127.0.0.1:1/none", "--amqp-url", AMQP_URL or "amqp://127.0.0.1:1",
+        "--database-url", "postgresql+psycopg://nobody@127.0.0.1:1/none", "--amqp-url", amqp_url,
     )  # fmt: skip
     assert done.returncode != 0
     assert "are unchanged" in done.stderr

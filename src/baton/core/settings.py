@@ -384,6 +384,13 @@ class Settings(BaseSettings):
         description="How often waiting pops look again without a wake-up: SQLite (another process may write the "
         "file) and PostgreSQL while the LISTEN connection is down.",
     )
+    pop_listen_check_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=60,
+        description="PostgreSQL: how often the connection that listens for queued tasks while pops wait is "
+        "checked (asked a query); it closes after two checks in a row found no waiting pop.",
+    )
     auth: Literal["auto", "on", "off"] = Field(
         "auto", description="Bearer tokens: 'auto' requires them unless the API listens on loopback only."
     )

@@ -208,7 +208,7 @@ class QueueService:
         self._timings_read_at = float("-inf")
         self._timings: dict[str, tuple[str | None, int | None]] = {}
         self.waiters = Waiters(settings.pop_max_waiters, metrics.pop_waiters)
-        self.wakeups = wakeups or wakeups_for(store, settings.pop_recheck_seconds)
+        self.wakeups = wakeups or wakeups_for(store, settings.pop_recheck_seconds, settings.pop_listen_check_seconds)
         self.settler = Settler(door, settings.db_wait_seconds, metrics.handed_back)
 
     def start(self) -> None:

@@ -33,8 +33,9 @@ from baton.storage.errors import DATABASE
 log = get_logger("baton.storage.queues.wakeups")
 
 CHANNEL = "baton_queued"  # migration 0007's triggers notify it
-# How often the listening connection is checked: it is asked something (a connection a silent network
-# cut off would wait for notifications forever), and closed after IDLE_CHECKS checks found no waiter.
+# How often the listening connection is checked (by default; BATON_POP_LISTEN_CHECK_SECONDS): it is
+# asked something (a connection a silent network cut off would wait for notifications forever), and
+# closed after IDLE_CHECKS checks in a row found no waiter.
 CHECK_SECONDS = 10.0
 IDLE_CHECKS = 2
 CONNECT_TIMEOUT_SECONDS = 10
@@ -90,9 +91,10 @@ class QueuedListener(_Background):
     connection (`watch`), and it closes after IDLE_CHECKS checks in a row found no waiter. When it
     drops it reconnects with the one backoff policy while waiters remain."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, check_seconds: float = CHECK_SECONDS) -> None:
         super().__init__()
         self._conninfo = store.address.conninfo
+        self._check_seconds = check_seconds
         self._live = False
         self._wanted = asyncio.Event()  # some waiter wants announcements: connect (again)
         self._attempt: asyncio.Future[None] | None = None  # resolved when the next attempt to listen ends
@@ -168,7 +170,7 @@ class QueuedListener(_Background):
         """Until IDLE_CHECKS checks in a row found no waiter."""
         idle = 0
         while True:
-            async for notification in conn.notifies(timeout=CHECK_SECONDS):
+            async for notification in conn.notifies(timeout=self._check_seconds):
                 on_queued(notification.payload)
             idle = 0 if has_waiters() else idle + 1
             if idle >= IDLE_CHECKS:
@@ -235,5 +237,7 @@ class ChangeWatcher(_Background):
             await asyncio.to_thread(self._forget_connection)
 
 
-def wakeups_for(store: Store, recheck_seconds: float) -> Wakeups:
-    return QueuedListener(store) if store.is_postgresql else ChangeWatcher(store, recheck_seconds)
+def wakeups_for(store: Store, recheck_seconds: float, listen_check_seconds: float = CHECK_SECONDS) -> Wakeups:
+    if store.is_postgresql:
+        return QueuedListener(store, listen_check_seconds)
+    return ChangeWatcher(store, recheck_seconds)
