@@ -32,7 +32,9 @@ from harness.factories import add_organisation
 from harness.standins import KatalogusStandin, StandinServer
 from tests.katalogus_world import client as katalogus_client
 
-LEASES = LeaseSettings(lease_seconds=3, renew_deadline_seconds=2, retry_period_seconds=0.1)
+# Nothing here waits for a lease to run out: leases long enough that a loaded machine never makes the
+# KATalogus leader miss its renew deadline between two polls.
+LEASES = LeaseSettings(lease_seconds=60, renew_deadline_seconds=40, retry_period_seconds=0.1)
 
 
 class Ticker:

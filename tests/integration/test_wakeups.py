@@ -159,14 +159,27 @@ def test_on_postgresql_a_lost_notification_costs_latency_not_the_event(pg_store:
         assert wakeups.looks > looks_before  # found by the process's look
 
 
+LISTENERS = (
+    "FROM pg_stat_activity WHERE query = 'LISTEN baton_inputs' AND pid <> pg_backend_pid()"
+    " AND datname = current_database()"
+)
+
+
+def input_listeners(store: Store) -> int:
+    """The connections listening for scheduler inputs on the test's database."""
+    with psycopg.connect(libpq_conninfo(store.url), autocommit=True) as conn:
+        row = conn.execute(f"SELECT count(*) {LISTENERS}").fetchone()
+    return int(row[0]) if row else 0
+
+
 def test_on_postgresql_inputs_written_while_nobody_listened_are_found_on_reconnect(pg_store: Store) -> None:
     with running(pg_store, poll_interval=60) as (runner, _looks):
         wakeups = runner.context.wakeups()
+        # An earlier test's listener (this process's, on this database) may still be closing: wait
+        # until ours is the only one.
+        assert wait_until(lambda: input_listeners(pg_store) == 1, 30), input_listeners(pg_store)
         with psycopg.connect(libpq_conninfo(pg_store.url), autocommit=True) as conn:
-            cut = conn.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE query = 'LISTEN baton_inputs' AND pid <> pg_backend_pid() AND datname = current_database()"
-            ).fetchone()
+            cut = conn.execute(f"SELECT count(pg_terminate_backend(pid)) {LISTENERS}").fetchone()
         assert cut is not None and cut[0] == 1
         seq = insert_event_elsewhere(pg_store, "boefje-gamma")  # its notification reaches nobody
         assert wait_until(lambda: consumed(pg_store, seq), 30)  # the look after the reconnect found it

@@ -69,7 +69,8 @@ def test_director_that_leads_must_have_renewed_within_stale(store: Store) -> Non
     code, stderr = probe("director", database_url=store.url)
     assert code == 1 and reported_age(stderr, "leading but last renewed") >= 120
     assert probe("director", "--live", database_url=store.url)[0] == 1  # hung while the database answers
-    assert probe("director", "--stale", "300", database_url=store.url) == (0, "")
+    # The margins are wide: a probe is a process start, which a loaded machine may stretch to a minute.
+    assert probe("director", "--stale", "3600", database_url=store.url) == (0, "")
 
 
 def test_director_leading_under_its_pod_name(store: Store) -> None:
@@ -94,7 +95,7 @@ def test_worker_must_register_and_renew(store: Store) -> None:
     code, stderr = probe("worker", database_url=store.url)
     assert code == 1 and reported_age(stderr, "worker row last renewed") >= 75
     assert probe("worker", "--live", database_url=store.url)[0] == 1
-    assert probe("worker", "--stale", "120", database_url=store.url) == (0, "")
+    assert probe("worker", "--stale", "3600", database_url=store.url) == (0, "")
 
 
 @pytest.mark.parametrize("kind", ["director", "worker"])

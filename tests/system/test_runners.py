@@ -155,14 +155,22 @@ def test_director_reconciles_organisations_idempotently(store: Store) -> None:
 
 
 def test_director_restarts_a_scheduler_with_a_stale_heartbeat(store: Store) -> None:
-    settings = Settings(database_url=store.url, heartbeat_timeout_seconds=1, poll_interval_seconds=0.05)
+    # Leases (and with them heartbeats) are renewed every 30 s and the timeout is 1 s: after its first
+    # heartbeat the scheduler goes stale, however long a loaded machine takes to get there.
+    settings = Settings(
+        database_url=store.url,
+        heartbeat_timeout_seconds=1,
+        poll_interval_seconds=0.05,
+        retry_period_seconds=30,
+        renew_deadline_seconds=40,
+        lease_seconds=60,
+    )
     runner = ThreadRunner(SchedulerContext(store=store, settings=settings, runner="thread", location="t"))
     director = Director(store, settings, runner)
     add_org(store, "acme")
     try:
         director.reconcile()
         assert wait_until(lambda: state_of(store, "boefje-acme") == SchedulerState.RUNNING.value, 10)
-        # Leases (and with them heartbeats) are renewed every 2 s and the timeout is 1 s: it goes stale.
         time.sleep(1.5)
         assert "boefje-acme" in director.reconcile().restarted
     finally:
