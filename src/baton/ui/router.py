@@ -11,6 +11,7 @@ token may not use; the action routes refuse such a token anyway (403).
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -192,8 +193,11 @@ def page_request(
         raise RequestValidationError([{"loc": ("query", field), "msg": exc.reason, "type": "value_error"}]) from None
 
 
+@functools.cache
 def status_router(security: Security) -> APIRouter:
-    """The page's routes, each declaring its scope through the API's own `security.requires`."""
+    """The page's routes, each declaring its scope through the API's own `security.requires`. Made
+    once per process: every app copies the same routes, and making them (FastAPI derives each one's
+    parameters and response schema) took nine tenths of `create_app`'s time."""
     # Cancelling is the API's own PATCH /tasks/{id} (scope pop): the page calls it as it is.
     read, admin = security.requires(Scope.READ), security.requires(Scope.ADMIN)
     router = APIRouter(prefix="/ui", lifespan=lifespan, route_class=security.AuthenticatedRoute)
