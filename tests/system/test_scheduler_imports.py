@@ -77,7 +77,7 @@ def run_scheduler_process(store: Store, spec: SchedulerSpec, modules_file: Path)
     env = {
         **os.environ,
         "BATON_DATABASE_URL": store.url,
-        "BATON_HEARTBEAT_INTERVAL_SECONDS": "0.2",
+        "BATON_RETRY_PERIOD_SECONDS": "0.2",  # leases and with them heartbeats: a second one soon
         "BATON_POLL_INTERVAL_SECONDS": "0.05",
         "BATON_LOG_LEVEL": "warning",
         "MODULES_FILE": str(modules_file),
