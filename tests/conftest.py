@@ -13,6 +13,8 @@ server takes a private one (`private_rabbitmq`; harness.servers.ThrowawayPostgre
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,9 +39,10 @@ AMQP_URL = os.environ.get("BATON_TEST_AMQP_URL")
 _migrated: set[str] = set()
 
 # `ci` (the default): the same cases on every run and every machine, so a green run means the
-# same everywhere. `deep` (scripts/fuzz.sh): random seeds, many examples.
-hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
-hypothesis_settings.register_profile("deep", derandomize=False, database=None, print_blob=True)
+# same everywhere. `deep` (scripts/fuzz.sh): random seeds, many examples. Neither has a deadline per
+# example: a timing threshold, which a loaded machine (the suite runs on several workers) trips.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
+hypothesis_settings.register_profile("deep", derandomize=False, database=None, print_blob=True, deadline=None)
 hypothesis_settings.load_profile(os.environ.get("BATON_HYPOTHESIS_PROFILE", "ci"))
 
 
@@ -72,12 +75,31 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Drops the worker's database. Here, not in pytest_unconfigure: xdist may end a worker once its
     session has finished."""
+    if _sqlite_template is not None:
+        shutil.rmtree(_sqlite_template.parent, ignore_errors=True)
     worker = xdist_worker(session.config)
     if worker is None or not _SHARED_POSTGRES_URL:
         return
     name = f"{make_url(_SHARED_POSTGRES_URL).database}_{worker}"
     with psycopg.connect(libpq_conninfo(_SHARED_POSTGRES_URL), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# Under pytest-xdist, the order tests are handed to workers in: the longest first, so that no worker
+# is still in a minute-long system test when the others have run out of work. Directories, roughly
+# from slow to fast; within one, the collection's order.
+LONGEST_FIRST = ("tests/system/", "tests/integration/", "tests/unit/")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if xdist_worker(config) is None:
+        return  # serially the order changes nothing but how soon a failure shows: unit tests first
+
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid
+        return next((n for n, prefix in enumerate(LONGEST_FIRST) if path.startswith(prefix)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)  # stable: each worker collects the same order
 
 
 @contextmanager
@@ -124,11 +146,33 @@ def pg_url() -> str:
     return postgres_url()
 
 
+_sqlite_template: Path | None = None
+
+
+def migrated_sqlite(path: Path) -> None:
+    """A migrated SQLite database at `path`: a copy of one this process migrated once. Alembic's run
+    takes longer than most tests on SQLite take themselves, and the suite opens hundreds."""
+    global _sqlite_template
+    if _sqlite_template is None:
+        template = Path(tempfile.mkdtemp(prefix="baton-sqlite-template-")) / "baton.db"
+        store = Store(f"sqlite:///{template}")
+        store.migrate()
+        store.dispose()  # the last connection closed: the write-ahead log is in the file, and gone
+        _sqlite_template = template
+    shutil.copyfile(_sqlite_template, path)
+
+
 def open_store(url: str) -> Store:
+    """A store on `url`, migrated and empty: PostgreSQL's tables truncated, a new SQLite file copied
+    from a migrated one."""
+    path = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+    copied = path is not None and path.name != ":memory:" and not path.exists()
+    if copied and path is not None:
+        migrated_sqlite(path)
     store = Store(url)
     if store.dialect == "postgresql":
         reset_postgres(store)
-    else:
+    elif not copied:
         store.migrate()
     return store
 
