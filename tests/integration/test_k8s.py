@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from kubernetes import client, watch
@@ -126,18 +127,28 @@ def elector(kube: FakeKubernetes, identity: str, seconds: int = 2) -> LeaseElect
     return LeaseElector(kube.api_client(), NAMESPACE, "baton-director", identity, lease_seconds=seconds)
 
 
+def age_lease(kube: FakeKubernetes, seconds: float) -> None:
+    """The director Lease as its holder would have left it `seconds` ago: time passing, not waited for."""
+    api = client.CoordinationV1Api(kube.api_client())
+    lease = api.read_namespaced_lease("baton-director", NAMESPACE)
+    lease.spec.renew_time -= timedelta(seconds=seconds)
+    api.replace_namespaced_lease("baton-director", NAMESPACE, lease)
+
+
 def test_two_directors_one_leads_and_the_other_takes_over_when_renewal_stops(
     store: Store, kube: FakeKubernetes
 ) -> None:
     add_org(store, "acme")
     settings = k8s_settings(store)
-    first = Director(store, settings, KubernetesRunner(kube.api_client(), settings, NAMESPACE), elector(kube, "a"))
-    second = Director(store, settings, KubernetesRunner(kube.api_client(), settings, NAMESPACE), elector(kube, "b"))
+    # Leases long enough that no step of a loaded machine outlasts one; their running out is written
+    # into the Lease (below) rather than waited for.
+    first = Director(store, settings, KubernetesRunner(kube.api_client(), settings, NAMESPACE), elector(kube, "a", 30))
+    second = Director(store, settings, KubernetesRunner(kube.api_client(), settings, NAMESPACE), elector(kube, "b", 30))
     assert first.step() is not None
     assert second.step() is None  # the lease is held and fresh
     assert first.step() is not None  # renewing keeps it
     assert len(kube.pods(NAMESPACE)) == 3
-    time.sleep(2.3)  # `first` stops renewing; its lease expires
+    age_lease(kube, seconds=31)  # `first` stops renewing; its lease expires
     takeover = second.step()
     assert takeover is not None and takeover.started == []  # adopted, nothing duplicated
     assert first.step() is None and not first.is_leader  # lost the lease: stops at once

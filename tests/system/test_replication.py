@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harness.chaos import run_chaos
 
 
+@pytest.mark.timeout(600)  # about a minute; its own waits (recovery, the feeder) are generous for a loaded machine
 def test_two_api_replicas_two_directors_one_kill_each(pg_url: str) -> None:
     report = run_chaos(
         pg_url, api_replicas=2, clients=4, events=150, organisations=2, kills=("api", "leader", "scheduler")

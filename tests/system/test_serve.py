@@ -32,7 +32,7 @@ def test_baton_serve_subprocess_push_and_pop(tmp_path: Path) -> None:
             return False
 
     try:
-        assert wait_until(healthy, timeout=30), "baton serve did not come up"
+        assert wait_until(healthy, timeout=120), "baton serve did not come up"  # a loaded machine's start
         assert httpx.post(f"{base}/organisations", json={"id": "acme", "name": "Acme"}).status_code == 201
         pushed = httpx.post(f"{base}/queues/boefje-acme/push", json={"priority": 1, "data": {"k": "v"}})
         assert pushed.status_code == 201
