@@ -31,6 +31,8 @@ from tests.conftest import POSTGRES_URL, fresh_postgres_database
 from tests.fuzzing import EXAMPLES, record, write_report
 
 BACKENDS = ["sqlite", "postgresql"] if POSTGRES_URL or os.environ.get("CI") else ["sqlite"]
+# One pytest-xdist worker runs them all: the app and schemas per backend (module fixtures) are made once.
+pytestmark = pytest.mark.xdist_group("fuzz")
 
 SHADOWED_BY_A_PARAMETER = {"/tasks/stats", "/schedules/search"}
 BUSINESS_RULE_PATHS = {

@@ -44,6 +44,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = os.environ.get("BATON_UI_SCREENSHOTS")
+# One pytest-xdist worker runs them one after another: a browser each at once is the suite's heaviest moment.
+pytestmark = pytest.mark.xdist_group("browser")
 TIMINGS = {
     "BATON_LOG_LEVEL": "warning",
     "BATON_RETRY_PERIOD_SECONDS": "0.5",
