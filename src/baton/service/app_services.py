@@ -34,7 +34,7 @@ class Readiness:
 class AppServices:
     def __init__(self, settings: Settings, store: Store | None = None) -> None:
         self.settings = settings
-        self.store = store or Store(settings.database_url)
+        self.store = store or Store(settings.database_url, settings.database_schema)
         self.metrics = Metrics(self.store, settings.openkat)
         self.tokens = TokenCache()
 
