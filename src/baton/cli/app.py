@@ -66,10 +66,9 @@ def main_callback(
 def migrate(database_url: DatabaseUrl = None) -> None:
     """Create or upgrade the database schema and seed the plugin catalogue (safe to run repeatedly)."""
     from baton.runtime import prepare_store
-    from baton.storage.engine import describe_database
 
     store = prepare_store(load_settings(database_url=database_url))
-    typer.echo(f"{describe_database(store.url)} is up to date")
+    typer.echo(f"{store.address.describe()} is up to date")
 
 
 @app.command("import-mula")

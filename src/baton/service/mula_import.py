@@ -117,13 +117,6 @@ def import_mula(
             )
         counts = mula.counts(layout)
         report = ImportReport("dry-run", described, source=facts.where, layout=layout, counts=counts)
-        log.info(
-            "reading mula's database",
-            source=facts.where,
-            revision=layout.revision,
-            schedules=counts.schedules,
-            tasks=counts.finished_tasks + counts.queued_tasks,
-        )
         if dry_run:
             report.recorded = before.record
             report.note = _dry_note(before)
@@ -206,6 +199,14 @@ def _copy(
     """Every kind of row, read and (with a store) written; `store` None: a dry run."""
     counts = report.counts
     assert counts is not None
+    log.info(
+        "reading mula's database",
+        source=report.source,
+        revision=layout.revision,
+        schedules=counts.schedules,
+        tasks=counts.finished_tasks + counts.queued_tasks,
+        dry_run=store is None,
+    )
     organisations = _organisations(mula, layout, store, spec, report.tally, progress)
     progress.begin("schedules", counts.schedules)
     _schedules(mula, layout, store, organisations, report.tally, progress)
