@@ -11,12 +11,17 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
 from fastapi.testclient import TestClient
 from sqlalchemy import Text, cast, select
 
+from baton.core.settings import Settings
+from baton.runtime import prepare_store
+from baton.service import mula_import
+from baton.service.mula_import import ImportReport, TargetSpec
 from baton.storage.engine import Store
 from baton.storage.tables import BoefjeRun, Organisation, Schedule, Task
 from tests.openkat_models import RockyTask, ScheduleResponse, runner_task
@@ -313,3 +318,55 @@ def check_openkat_clients(mula: MulaState, client: TestClient) -> None:
             assert len(results) == 1
             popped.append(uuid.UUID(results[0]["id"]))
         assert popped == mula.pop_order(kind), kind
+
+
+# -- running the import -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """Baton's database: BATON_DATABASE_URL and BATON_DATABASE_SCHEMA."""
+
+    url: str
+    schema: str | None = None
+
+    def settings(self) -> Settings:
+        return Settings(database_url=self.url, database_schema=self.schema)
+
+    def store(self) -> Store:
+        return Store(self.settings().database_url, self.schema)
+
+    def written(self) -> bool:
+        """Whether anything of Baton's is there: the SQLite file, or the schema / alembic's table."""
+        if self.url.startswith("sqlite"):
+            return Path(self.url.removeprefix("sqlite:///")).exists()
+        schema = self.schema or "public"
+        with psycopg.connect(self.url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = %s "
+                "AND tablename IN ('organisations', 'mula_imports')",
+                [schema],
+            ).fetchone()
+        return bool(found and found[0])
+
+
+class Quiet:
+    def begin(self, kind: str, total: int) -> None:
+        pass
+
+    def advance(self, rows: int) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+def run_import(mula_url: str, target: Target, progress: Any = None, **options: Any) -> ImportReport:
+    settings = target.settings()
+    return mula_import.import_mula(
+        mula_url,
+        TargetSpec(settings.database_url, settings.database_schema, settings.queue_maxsize),
+        prepare=lambda: prepare_store(settings),
+        progress=progress or Quiet(),
+        **options,
+    )

@@ -11,10 +11,8 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -28,63 +26,13 @@ from baton.ingest.planners.report import ReportScheduler
 from baton.ingest.scheduler import SchedulerContext
 from baton.runtime import prepare_store
 from baton.service import mula_import
-from baton.service.mula_import import ImportReport, TargetSpec
 from baton.storage.engine import Store
 from baton.storage.tables import MulaImport, Task
 from harness.standins.mula_db import REVISIONS, MulaDatabase, fill_example
 from tests.conftest import fresh_postgres_database, postgres_url
-from tests.mula_checks import baton_tasks, check_moved, check_openkat_clients, read_mula, untouched
+from tests.mula_checks import Target, baton_tasks, check_moved, check_openkat_clients, read_mula, run_import, untouched
 
 NOW = datetime.now(UTC).replace(microsecond=0)
-
-
-@dataclass(frozen=True)
-class Target:
-    """Baton's database: BATON_DATABASE_URL and BATON_DATABASE_SCHEMA."""
-
-    url: str
-    schema: str | None = None
-
-    def settings(self) -> Settings:
-        return Settings(database_url=self.url, database_schema=self.schema)
-
-    def store(self) -> Store:
-        return Store(self.settings().database_url, self.schema)
-
-    def written(self) -> bool:
-        """Whether anything of Baton's is there: the SQLite file, or the schema / alembic's table."""
-        if self.url.startswith("sqlite"):
-            return Path(self.url.removeprefix("sqlite:///")).exists()
-        schema = self.schema or "public"
-        with psycopg.connect(self.url.replace("postgresql+psycopg://", "postgresql://")) as conn:
-            found = conn.execute(
-                "SELECT count(*) FROM pg_tables WHERE schemaname = %s "
-                "AND tablename IN ('organisations', 'mula_imports')",
-                [schema],
-            ).fetchone()
-        return bool(found and found[0])
-
-
-class Quiet:
-    def begin(self, kind: str, total: int) -> None:
-        pass
-
-    def advance(self, rows: int) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
-
-
-def run_import(mula_url: str, target: Target, progress: Any = None, **options: Any) -> ImportReport:
-    settings = target.settings()
-    return mula_import.import_mula(
-        mula_url,
-        TargetSpec(settings.database_url, settings.database_schema, settings.queue_maxsize),
-        prepare=lambda: prepare_store(settings),
-        progress=progress or Quiet(),
-        **options,
-    )
 
 
 def baton(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
