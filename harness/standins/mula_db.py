@@ -285,38 +285,40 @@ class MulaDatabase:
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             conn.execute(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders})", values)
 
-    def bulk(self, organisations: int, schedules: int, tasks: int, queued_share: float = 0.1) -> None:
-        """Many rows at once, in SQL (for the benchmark): `schedules` boefje schedules and `tasks` boefje
-        tasks spread over `organisations` (`org-0001`, ...), a task per schedule's job first; `queued_share`
-        of the tasks queued, the rest completed, each with its own creation time and priority (its epoch
-        seconds, as mula's boefje scheduler gives)."""
-        organisation = f"'org-' || lpad(((n % {organisations}) + 1)::text, 4, '0')"
+    def bulk(self, organisations: int, schedules: int, tasks: int, queued: int) -> None:
+        """Many rows at once, in SQL (for the benchmark): `schedules` boefje jobs spread over `organisations`
+        (`org-0001`, ...), each with its schedule, and `tasks` boefje tasks running those jobs again and again
+        (task n runs job n % schedules), each with its own creation time and, as mula's boefje scheduler
+        gives, its epoch seconds as priority; the last `queued` tasks queued (at most one per job, as mula
+        keeps it), the others completed."""
+        assert queued <= schedules <= tasks
+        job_of = f"(n % {schedules})"
+        organisation = f"'org-' || lpad(((({job_of}) % {organisations}) + 1)::text, 4, '0')"
         scheduler = f"'boefje-' || {organisation}" if self.revision == "0008" else "'boefje'"
-        ooi = f"'Hostname|internet|host-' || (n % {max(schedules, 1)}) || '.example.com'"
+        ooi = f"'Hostname|internet|host-' || {job_of} || '.example.com'"
         job = (
             f"jsonb_build_object('id', id, 'boefje', jsonb_build_object('id', 'dns-records', 'name', 'DNS records', "
             f"'version', null, 'oci_image', 'ghcr.io/minvws/openkat/dns-records:latest'), 'input_ooi', {ooi}, "
             f"'organization', {organisation}, 'deduplication_key', null, 'dispatches', '[]'::jsonb)"
         )
         with_org = self.revision >= "0009"
+        org_column, org_value = (", organisation", f", {organisation}") if with_org else ("", "")
         schedule_columns = "id, scheduler_id, hash, data, enabled, schedule, deadline_at, created_at, modified_at"
         task_columns = "id, scheduler_id, status, created_at, modified_at, type, schedule_id, hash, priority, data"
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             conn.execute(
-                f"""INSERT INTO schedules ({schedule_columns}{", organisation" if with_org else ""})
-                SELECT id, {scheduler}, md5('schedule' || n), {job}, true, NULL,
-                       now() + (n % 86400) * interval '1 second', created, created
-                       {", " + organisation if with_org else ""}
+                f"""INSERT INTO schedules ({schedule_columns}{org_column})
+                SELECT id, {scheduler}, md5('job' || {job_of}), {job}, true, NULL,
+                       now() + (n % 86400) * interval '1 second', created, created{org_value}
                 FROM (SELECT n, gen_random_uuid() AS id, now() - interval '30 days' + n * interval '1 second' AS created
                       FROM generate_series(0, {schedules - 1}) AS n) AS made"""
             )
             conn.execute(
-                f"""INSERT INTO tasks ({task_columns}{", organisation" if with_org else ""})
+                f"""INSERT INTO tasks ({task_columns}{org_column})
                 SELECT id, {scheduler},
-                       (CASE WHEN n % 1000 < {int(queued_share * 1000)} THEN 'QUEUED' ELSE 'COMPLETED' END)::taskstatus,
-                       created, created + interval '5 minutes', 'boefje', NULL, md5('task' || n),
-                       extract(epoch FROM created)::integer, {job}
-                       {", " + organisation if with_org else ""}
+                       (CASE WHEN n >= {tasks - queued} THEN 'QUEUED' ELSE 'COMPLETED' END)::taskstatus,
+                       created, created + interval '5 minutes', 'boefje', NULL, md5('job' || {job_of}),
+                       extract(epoch FROM created)::integer, {job}{org_value}
                 FROM (SELECT n, gen_random_uuid() AS id, now() - interval '20 days' + n * interval '1 second' AS created
                       FROM generate_series(0, {tasks - 1}) AS n) AS made"""
             )

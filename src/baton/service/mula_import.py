@@ -17,10 +17,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from baton.core.errors import ConfigurationError
 from baton.core.logging import get_logger
@@ -208,91 +210,129 @@ def _copy(
         dry_run=store is None,
     )
     organisations = _organisations(mula, layout, store, spec, report.tally, progress)
+    # A first import writes into a database without tasks or schedules: nothing it copies can be there.
+    copier = _Copier(mula, layout, store, organisations, report.tally, progress, first=report.outcome == "imported")
     progress.begin("schedules", counts.schedules)
-    _schedules(mula, layout, store, organisations, report.tally, progress)
+    copier.schedules()
     progress.end()
     progress.begin("tasks", counts.finished_tasks + counts.queued_tasks)
     for queued in (False, True):
-        _tasks(mula, layout, store, organisations, report.tally, progress, queued=queued)
+        copier.tasks(queued=queued)
     progress.end()
     progress.begin("boefje runs", counts.boefje_runs)
-    _runs(mula, layout, store, organisations, report.tally, progress)
+    copier.runs()
     progress.end()
     if store is None:  # a dry run: what a run into an empty database would add
         for kind in report.tally.kinds.values():
             kind.added = kind.read - sum(kind.skipped.values())
 
 
-def _schedules(
-    mula: MulaSnapshot,
-    layout: MulaLayout,
-    store: Store | None,
-    organisations: set[str],
-    tally: ImportTally,
-    progress: Progress,
-) -> None:
-    kind = tally["schedules"]
-    for rows in mula.schedules(layout, BATCH_ROWS):
-        schedules = _kept((imported_schedule(row, organisations) for row in rows), kind.skipped)
-        kind.read += len(rows)
-        if store is not None:
-            with store.session() as session:
-                added = target.add_schedules(session, schedules)
-            kind.added += added
-            kind.present += len(schedules) - added
-        progress.advance(len(rows))
+@dataclass
+class _Copier:
+    """One pass per kind of row: mula's batches read ahead on a thread of their own while the one before is
+    mapped and written (each batch its own transaction)."""
+
+    mula: MulaSnapshot
+    layout: MulaLayout
+    store: Store | None  # None: a dry run
+    organisations: set[str]
+    tally: ImportTally
+    progress: Progress
+    first: bool
+
+    def schedules(self) -> None:
+        kind = self.tally["schedules"]
+        for rows in read_ahead(self.mula.schedules(self.layout, BATCH_ROWS)):
+            schedules = _kept((imported_schedule(row, self.organisations) for row in rows), kind.skipped)
+            kind.read += len(rows)
+            if self.store is not None:
+                with self.store.session() as session:
+                    added = target.add_schedules(session, schedules, first=self.first)
+                kind.added += added
+                kind.present += len(schedules) - added
+            self.progress.advance(len(rows))
+
+    def tasks(self, *, queued: bool) -> None:
+        kind, statuses = self.tally["tasks"], self.tally.statuses
+        for rows in read_ahead(self.mula.tasks(self.layout, BATCH_ROWS, queued=queued)):
+            tasks: list[ImportedTask] = []
+            for row in rows:
+                statuses[row.status.lower()] += 1
+                verdict = imported_task(row, self.organisations)
+                if isinstance(verdict, Skipped):
+                    kind.skipped[verdict.reason] += 1
+                    continue
+                if row.status == "PENDING":
+                    kind.changed[PENDING_CHANGE] += 1
+                tasks.append(verdict)
+            kind.read += len(rows)
+            if self.store is not None:
+                with self.store.session() as session:
+                    batch = target.add_tasks(session, tasks, queued=queued, first=self.first)
+                kind.added += batch.added + batch.duplicates
+                kind.changed[DUPLICATE_CHANGE] += batch.duplicates
+                kind.present += len(tasks) - batch.added - batch.duplicates
+            self.progress.advance(len(rows))
+
+    def runs(self) -> None:
+        kind = self.tally["boefje_runs"]
+        for rows in read_ahead(self.mula.boefje_runs(self.layout, BATCH_ROWS)):
+            runs = _kept((imported_run(row, self.organisations) for row in rows), kind.skipped)
+            kind.read += len(rows)
+            if self.store is not None:
+                with self.store.session() as session:
+                    changed = target.add_boefje_runs(session, runs)
+                kind.added += changed
+                kind.present += len(runs) - changed
+            self.progress.advance(len(rows))
 
 
-def _tasks(
-    mula: MulaSnapshot,
-    layout: MulaLayout,
-    store: Store | None,
-    organisations: set[str],
-    tally: ImportTally,
-    progress: Progress,
-    *,
-    queued: bool,
-) -> None:
-    kind = tally["tasks"]
-    for rows in mula.tasks(layout, BATCH_ROWS, queued=queued):
-        tasks: list[ImportedTask] = []
-        for row in rows:
-            tally.statuses[row.status.lower()] += 1
-            verdict = imported_task(row, organisations)
-            if isinstance(verdict, Skipped):
-                kind.skipped[verdict.reason] += 1
+Batch = TypeVar("Batch")
+READ_AHEAD = 2  # batches read and waiting while one is written: memory stays a few batches
+
+
+def read_ahead(batches: Iterator[Batch], depth: int = READ_AHEAD) -> Iterator[Batch]:
+    """`batches` in order, each read on a thread of its own while the caller handles the ones before (reading
+    mula's database and writing Baton's overlap). A caller that stops early stops the reading, which closes
+    `batches` (and its cursor) on that thread."""
+    waiting: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                waiting.put(item, timeout=0.1)
+                return True
+            except queue.Full:
                 continue
-            if row.status == "PENDING":
-                kind.changed[PENDING_CHANGE] += 1
-            tasks.append(verdict)
-        kind.read += len(rows)
-        if store is not None:
-            with store.session() as session:
-                batch = target.add_tasks(session, tasks, queued=queued)
-            kind.added += batch.added + batch.duplicates
-            kind.changed[DUPLICATE_CHANGE] += batch.duplicates
-            kind.present += len(tasks) - batch.added - batch.duplicates
-        progress.advance(len(rows))
+        return False
 
+    def read() -> None:
+        try:
+            for batch in batches:
+                if not put(("batch", batch)):
+                    return
+            put(("end", None))
+        except BaseException as exc:  # handed to the caller, raised there
+            put(("error", exc))
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
 
-def _runs(
-    mula: MulaSnapshot,
-    layout: MulaLayout,
-    store: Store | None,
-    organisations: set[str],
-    tally: ImportTally,
-    progress: Progress,
-) -> None:
-    kind = tally["boefje_runs"]
-    for rows in mula.boefje_runs(layout, BATCH_ROWS):
-        runs = _kept((imported_run(row, organisations) for row in rows), kind.skipped)
-        kind.read += len(rows)
-        if store is not None:
-            with store.session() as session:
-                changed = target.add_boefje_runs(session, runs)
-            kind.added += changed
-            kind.present += len(runs) - changed
-        progress.advance(len(rows))
+    reader = threading.Thread(target=read, name="import-mula-reader", daemon=True)
+    reader.start()
+    try:
+        while True:
+            what, item = waiting.get()
+            if what == "end":
+                return
+            if what == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        reader.join()
 
 
 def _kept(verdicts: Iterable[Kept | Skipped], skipped: dict[str, int]) -> list[Kept]:

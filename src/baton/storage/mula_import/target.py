@@ -224,21 +224,34 @@ class TaskBatch:
     duplicates: int  # queued in mula, inserted cancelled (the same hash queued in that queue already)
 
 
-def add_tasks(session: Session, tasks: Sequence[ImportedTask], *, queued: bool) -> TaskBatch:
+def add_tasks(session: Session, tasks: Sequence[ImportedTask], *, queued: bool, first: bool = False) -> TaskBatch:
     """Insert the tasks Baton does not have yet, in the order given (their seq). `queued`: the batch is
-    queued tasks in mula's pop order, any of which may meet its hash queued already."""
+    queued tasks in mula's pop order, any of which may meet its hash queued already. `first`: this run began
+    the import into a database without tasks, so none of them can be there yet (not-queued ones are then
+    copied straight into the table)."""
     if not tasks:
         return TaskBatch(0, 0)
     if on_postgresql(session):
+        if first and not queued:
+            _copy_into(
+                session,
+                "tasks",
+                (*_TASK_COLUMNS, "fair_key", "attempts"),
+                ((*_task_values(task), 0, 0) for task in tasks),
+            )
+            return TaskBatch(len(tasks), 0)
         return _add_tasks_postgresql(session, tasks, queued)
-    return _add_tasks_sqlite(session, tasks, queued)
+    return _add_tasks_sqlite(session, tasks, queued, first)
 
 
-def add_schedules(session: Session, schedules: Sequence[ImportedSchedule]) -> int:
-    """Insert the schedules Baton does not have yet; how many."""
+def add_schedules(session: Session, schedules: Sequence[ImportedSchedule], *, first: bool = False) -> int:
+    """Insert the schedules Baton does not have yet; how many. `first`: as for add_tasks (none can be there)."""
     if not schedules:
         return 0
     if on_postgresql(session):
+        if first:
+            _copy_into(session, "schedules", _SCHEDULE_COLUMNS, map(_schedule_values, schedules))
+            return len(schedules)
         cursor = _copied(session, _SCHEDULES_STAGE, _SCHEDULE_COLUMNS, map(_schedule_values, schedules))
         cursor.execute(_INSERT_SCHEDULES)
         return int(cursor.rowcount)
@@ -344,6 +357,15 @@ def _copied(session: Session, stage: str, columns: Sequence[str], rows: Any) -> 
     return cursor
 
 
+def _copy_into(session: Session, table: str, columns: Sequence[str], rows: Any) -> None:
+    """COPY straight into one of Baton's tables (its statement-level triggers run as for an INSERT)."""
+    driver = session.connection().connection.driver_connection
+    assert driver is not None
+    with driver.cursor() as cursor, cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        for values in rows:
+            copy.write_row(values)
+
+
 def _add_tasks_postgresql(session: Session, tasks: Sequence[ImportedTask], queued: bool) -> TaskBatch:
     cursor = _copied(session, _TASKS_STAGE, _TASK_COLUMNS, map(_task_values, tasks))
     cursor.execute(_INSERT_TASKS)
@@ -387,8 +409,8 @@ def _ids_present(session: Session, ids: Sequence[Any]) -> set[Any]:
     return set(session.scalars(select(Task.id).where(Task.id.in_(list(ids)))))
 
 
-def _add_tasks_sqlite(session: Session, tasks: Sequence[ImportedTask], queued: bool) -> TaskBatch:
-    present = _ids_present(session, [task.id for task in tasks])
+def _add_tasks_sqlite(session: Session, tasks: Sequence[ImportedTask], queued: bool, first: bool) -> TaskBatch:
+    present = set() if first else _ids_present(session, [task.id for task in tasks])
     fresh = [task for task in tasks if task.id not in present]
     if not fresh:
         return TaskBatch(0, 0)
