@@ -12,6 +12,7 @@ default path (`"$user"`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -185,7 +186,6 @@ def open_snapshot(url: str) -> Iterator[MulaSnapshot]:
     except psycopg.OperationalError as exc:
         raise ConfigurationError(f"lost mula's database, {description} ({reason(exc)})") from exc
     finally:
-        try:
+        with contextlib.suppress(psycopg.Error):  # nothing was written; a broken connection has nothing to undo
             conn.rollback()
-        finally:
-            conn.close()
+        conn.close()
