@@ -45,7 +45,7 @@ def section_mula_import(result: dict[str, Any]) -> list[str]:
         f"per job, one task per job queued, the rest completed), into Baton's tables in schema `baton` of the "
         "same database (BATON_DATABASE_SCHEMA): organisations with their queues, schedules, tasks (those not "
         "queued, then the queued ones in mula's order) and `boefje_runs`, read through server-side cursors in "
-        "one read-only snapshot and written 5,000 rows a batch (COPY into a temporary table, one INSERT from "
+        "one read-only snapshot and written 10,000 rows a batch (COPY into a temporary table, one INSERT from "
         "it). Rows are tasks plus schedules; the command's time includes starting Python, migrating and "
         "counting. The baseline copies the same rows into the same tables with one raw `INSERT ... SELECT` "
         "each (organisations and queues, schedules, tasks, `boefje_runs`: every index and trigger of Baton's "

@@ -32,6 +32,7 @@ class TerminalProgress:
         self._bar.update(rows)
 
     def end(self) -> None:
+        self._bar.update(max(0, self._bar.length - self._bar.pos))  # a length that was a bound: shown done
         self._bar.__exit__(None, None, None)
         self._bar = None
 

@@ -52,7 +52,7 @@ from baton.storage.mula_import.target import ImportRecord
 
 log = get_logger("baton.import_mula")
 
-BATCH_ROWS = 5000
+BATCH_ROWS = 10_000
 Kept = TypeVar("Kept", ImportedSchedule, ImportedRun)
 Outcome = Literal["imported", "completed", "already", "dry-run", "absent"]
 
@@ -219,7 +219,7 @@ def _copy(
     for queued in (False, True):
         copier.tasks(queued=queued)
     progress.end()
-    progress.begin("boefje runs", counts.boefje_runs)
+    progress.begin("boefje runs", counts.boefje_tasks)  # at most that many
     copier.runs()
     progress.end()
     if store is None:  # a dry run: what a run into an empty database would add
@@ -229,8 +229,9 @@ def _copy(
 
 @dataclass
 class _Copier:
-    """One pass per kind of row: mula's batches read ahead on a thread of their own while the one before is
-    mapped and written (each batch its own transaction)."""
+    """One pass per kind of row. mula's batches are read and mapped through core's rules on a thread of their
+    own (`read_ahead`) while the batch before is written (each batch its own transaction), so Baton's
+    database is kept busy writing."""
 
     mula: MulaSnapshot
     layout: MulaLayout
@@ -242,49 +243,62 @@ class _Copier:
 
     def schedules(self) -> None:
         kind = self.tally["schedules"]
-        for rows in read_ahead(self.mula.schedules(self.layout, BATCH_ROWS)):
-            schedules = _kept((imported_schedule(row, self.organisations) for row in rows), kind.skipped)
-            kind.read += len(rows)
+
+        def mapped() -> Iterator[tuple[int, list[ImportedSchedule]]]:
+            for rows in self.mula.schedules(self.layout, BATCH_ROWS):
+                kind.read += len(rows)
+                yield len(rows), _kept((imported_schedule(row, self.organisations) for row in rows), kind.skipped)
+
+        for read, schedules in read_ahead(mapped()):
             if self.store is not None:
                 with self.store.session() as session:
                     added = target.add_schedules(session, schedules, first=self.first)
                 kind.added += added
                 kind.present += len(schedules) - added
-            self.progress.advance(len(rows))
+            self.progress.advance(read)
 
     def tasks(self, *, queued: bool) -> None:
         kind, statuses = self.tally["tasks"], self.tally.statuses
-        for rows in read_ahead(self.mula.tasks(self.layout, BATCH_ROWS, queued=queued)):
-            tasks: list[ImportedTask] = []
-            for row in rows:
-                statuses[row.status.lower()] += 1
-                verdict = imported_task(row, self.organisations)
-                if isinstance(verdict, Skipped):
-                    kind.skipped[verdict.reason] += 1
-                    continue
-                if row.status == "PENDING":
-                    kind.changed[PENDING_CHANGE] += 1
-                tasks.append(verdict)
-            kind.read += len(rows)
+
+        def mapped() -> Iterator[tuple[int, list[ImportedTask]]]:
+            for rows in self.mula.tasks(self.layout, BATCH_ROWS, queued=queued):
+                tasks: list[ImportedTask] = []
+                for row in rows:
+                    statuses[row.status.lower()] += 1
+                    verdict = imported_task(row, self.organisations)
+                    if isinstance(verdict, Skipped):
+                        kind.skipped[verdict.reason] += 1
+                        continue
+                    if row.status == "PENDING":
+                        kind.changed[PENDING_CHANGE] += 1
+                    tasks.append(verdict)
+                kind.read += len(rows)
+                yield len(rows), tasks
+
+        for read, tasks in read_ahead(mapped()):
             if self.store is not None:
                 with self.store.session() as session:
                     batch = target.add_tasks(session, tasks, queued=queued, first=self.first)
                 kind.added += batch.added + batch.duplicates
                 kind.changed[DUPLICATE_CHANGE] += batch.duplicates
                 kind.present += len(tasks) - batch.added - batch.duplicates
-            self.progress.advance(len(rows))
+            self.progress.advance(read)
 
     def runs(self) -> None:
         kind = self.tally["boefje_runs"]
-        for rows in read_ahead(self.mula.boefje_runs(self.layout, BATCH_ROWS)):
-            runs = _kept((imported_run(row, self.organisations) for row in rows), kind.skipped)
-            kind.read += len(rows)
+
+        def mapped() -> Iterator[tuple[int, list[ImportedRun]]]:
+            for rows in self.mula.boefje_runs(self.layout, BATCH_ROWS):
+                kind.read += len(rows)
+                yield len(rows), _kept((imported_run(row, self.organisations) for row in rows), kind.skipped)
+
+        for read, runs in read_ahead(mapped()):
             if self.store is not None:
                 with self.store.session() as session:
                     changed = target.add_boefje_runs(session, runs)
                 kind.added += changed
                 kind.present += len(runs) - changed
-            self.progress.advance(len(rows))
+            self.progress.advance(read)
 
 
 Batch = TypeVar("Batch")

@@ -39,19 +39,22 @@ MULA_SCHEMA = "public"  # where mula's migrations make its tables (its URL names
 _SCHEDULE_ORGANISATION_0008 = (
     "coalesce(data->>'organisation_id', data->'raw_data'->'boefje_meta'->>'organization', data->>'organization')"
 )
-_TASK_ORGANISATION_0008 = (
-    "CASE type WHEN 'boefje' THEN data->>'organization' "
-    "WHEN 'normalizer' THEN data->'raw_data'->'boefje_meta'->>'organization' "
-    "WHEN 'report' THEN data->>'organisation_id' END"
-)
 
 
 def _schedule_organisation(layout: MulaLayout) -> str:
     return "organisation" if layout.has_organisation else _SCHEDULE_ORGANISATION_0008
 
 
-def _task_organisation(layout: MulaLayout) -> str:
-    return "organisation" if layout.has_organisation else _TASK_ORGANISATION_0008
+def _task_organisation(layout: MulaLayout, table: str = "") -> str:
+    """The organisation of a row of `tasks` (`table`: its alias in the statement, if any)."""
+    t = f"{table}." if table else ""
+    if layout.has_organisation:
+        return f"{t}organisation"
+    return (
+        f"CASE {t}type WHEN 'boefje' THEN {t}data->>'organization' "
+        f"WHEN 'normalizer' THEN {t}data->'raw_data'->'boefje_meta'->>'organization' "
+        f"WHEN 'report' THEN {t}data->>'organisation_id' END"
+    )
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class SourceCounts:
     schedules: int
     finished_tasks: int  # every task but the queued ones
     queued_tasks: int
-    boefje_runs: int  # (boefje, object) pairs: distinct hashes of boefje tasks
+    boefje_tasks: int  # boefje tasks with a hash: at least as many as the (boefje, object) pairs they ran
     queued_duplicates: int  # queued tasks after the first of the same hash in one queue
 
 
@@ -81,14 +84,18 @@ class MulaSnapshot:
         return int(row[0] or 0) if row else 0
 
     def counts(self, layout: MulaLayout) -> SourceCounts:
+        """One look at each table (the progress bars' lengths): no sort, whatever the size."""
         organisation = _task_organisation(layout)
+        row = self.conn.execute(
+            "SELECT count(*) FILTER (WHERE status <> 'QUEUED'), count(*) FILTER (WHERE status = 'QUEUED'), "
+            "count(*) FILTER (WHERE type = 'boefje' AND hash IS NOT NULL) FROM tasks"
+        ).fetchone()
+        finished, queued, boefje = (int(value or 0) for value in row) if row else (0, 0, 0)
         return SourceCounts(
             schedules=self._scalar("SELECT count(*) FROM schedules"),
-            finished_tasks=self._scalar("SELECT count(*) FROM tasks WHERE status <> 'QUEUED'"),
-            queued_tasks=self._scalar("SELECT count(*) FROM tasks WHERE status = 'QUEUED'"),
-            boefje_runs=self._scalar(
-                "SELECT count(DISTINCT hash) FROM tasks WHERE type = 'boefje' AND hash IS NOT NULL"
-            ),
+            finished_tasks=finished,
+            queued_tasks=queued,
+            boefje_tasks=boefje,
             queued_duplicates=self._scalar(
                 "SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM tasks "
                 "WHERE status = 'QUEUED' AND hash IS NOT NULL "
@@ -133,17 +140,19 @@ class MulaSnapshot:
     def boefje_runs(self, layout: MulaLayout, batch: int) -> Iterator[list[MulaRun]]:
         """Per hash of a boefje task, its latest task (by `created_at`, as mula looks it up)."""
         yield from self._batches(
-            f"""SELECT DISTINCT ON (hash) {_task_organisation(layout)}, scheduler_id, data->'boefje'->>'id',
-                       data->>'input_ooi', modified_at
-                FROM tasks WHERE type = 'boefje' AND hash IS NOT NULL
-                ORDER BY hash, created_at DESC""",
+            f"""SELECT {_task_organisation(layout, "t")}, t.scheduler_id, t.data->'boefje'->>'id',
+                       t.data->>'input_ooi', t.modified_at
+                FROM (SELECT DISTINCT ON (hash) id FROM tasks WHERE type = 'boefje' AND hash IS NOT NULL
+                      ORDER BY hash, created_at DESC) AS latest
+                JOIN tasks AS t ON t.id = latest.id""",
             MulaRun,
             batch,
         )
 
     def _batches(self, sql: str, row_type: Any, batch: int) -> Iterator[list[Any]]:
         self._cursors += 1
-        with self.conn.cursor(name=f"mula_import_{self._cursors}", row_factory=args_row(row_type)) as cursor:
+        cursor_name = f"mula_import_{self._cursors}"  # binary: no text made of uuids, times or numbers
+        with self.conn.cursor(name=cursor_name, row_factory=args_row(row_type), binary=True) as cursor:
             cursor.itersize = batch
             cursor.execute(sql)
             while rows := cursor.fetchmany(batch):

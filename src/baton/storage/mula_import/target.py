@@ -9,8 +9,10 @@ a task is its insertion order: queued tasks come in mula's pop order, so a queue
 `seq`) hand them out in that order; a queued task whose hash is queued in its queue already (Baton's
 unique index) comes in cancelled instead (core/mula.py says why).
 
-PostgreSQL: each batch is copied (COPY) into a temporary table and inserted from there by one statement
-(one trigger run per batch); `data` goes in as the text mula's jsonb printed, so it is the same jsonb.
+PostgreSQL: a first import copies each batch (COPY, binary) straight into the table; otherwise each batch
+is copied into a temporary table and inserted from there by one statement that leaves out what is there
+(one trigger run per batch either way). `data` goes in as the text mula's jsonb printed, so it is the same
+jsonb.
 SQLite: one executemany per batch, `data` stored as that text.
 """
 
@@ -22,6 +24,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from psycopg import postgres
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
 from sqlalchemy import Text, bindparam, func, inspect, select, tuple_, type_coerce
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import make_url
@@ -184,6 +189,35 @@ _SCHEDULE_COLUMNS = (
     "modified_at",
 )
 _RUN_COLUMNS = ("organisation", "boefje_id", "object_key", "queued_at")
+# The types of the columns a binary COPY writes (as storage/tables.py declares them).
+_TASK_TYPES = (
+    ("id", "uuid"),
+    ("scheduler_id", "text"),
+    ("schedule_id", "text"),
+    ("organisation", "text"),
+    ("type", "text"),
+    ("priority", "int4"),
+    ("status", "text"),
+    ("hash", "text"),
+    ("data", "jsonb"),
+    ("reason", "text"),
+    ("created_at", "timestamptz"),
+    ("modified_at", "timestamptz"),
+    ("fair_key", "int8"),
+    ("attempts", "int4"),
+)
+_SCHEDULE_TYPES = (
+    ("id", "uuid"),
+    ("scheduler_id", "text"),
+    ("organisation", "text"),
+    ("hash", "text"),
+    ("data", "jsonb"),
+    ("enabled", "bool"),
+    ("schedule", "text"),
+    ("deadline_at", "timestamptz"),
+    ("created_at", "timestamptz"),
+    ("modified_at", "timestamptz"),
+)
 
 
 def _task_values(task: ImportedTask) -> tuple[Any, ...]:
@@ -233,12 +267,7 @@ def add_tasks(session: Session, tasks: Sequence[ImportedTask], *, queued: bool, 
         return TaskBatch(0, 0)
     if on_postgresql(session):
         if first and not queued:
-            _copy_into(
-                session,
-                "tasks",
-                (*_TASK_COLUMNS, "fair_key", "attempts"),
-                ((*_task_values(task), 0, 0) for task in tasks),
-            )
+            _copy_into(session, "tasks", _TASK_TYPES, ((*_task_values(task), 0, 0) for task in tasks))
             return TaskBatch(len(tasks), 0)
         return _add_tasks_postgresql(session, tasks, queued)
     return _add_tasks_sqlite(session, tasks, queued, first)
@@ -250,7 +279,7 @@ def add_schedules(session: Session, schedules: Sequence[ImportedSchedule], *, fi
         return 0
     if on_postgresql(session):
         if first:
-            _copy_into(session, "schedules", _SCHEDULE_COLUMNS, map(_schedule_values, schedules))
+            _copy_into(session, "schedules", _SCHEDULE_TYPES, map(_schedule_values, schedules))
             return len(schedules)
         cursor = _copied(session, _SCHEDULES_STAGE, _SCHEDULE_COLUMNS, map(_schedule_values, schedules))
         cursor.execute(_INSERT_SCHEDULES)
@@ -357,13 +386,29 @@ def _copied(session: Session, stage: str, columns: Sequence[str], rows: Any) -> 
     return cursor
 
 
-def _copy_into(session: Session, table: str, columns: Sequence[str], rows: Any) -> None:
-    """COPY straight into one of Baton's tables (its statement-level triggers run as for an INSERT)."""
+class _JsonbText(Dumper):
+    """`data` as mula's jsonb printed it, in a binary COPY: jsonb's binary form is a version byte and that
+    text, which the server parses once, as it would the text form."""
+
+    format = Format.BINARY
+    oid = postgres.types["jsonb"].oid
+
+    def dump(self, obj: Any) -> bytes:
+        return b"\x01" + str(obj).encode()
+
+
+def _copy_into(session: Session, table: str, columns: Sequence[tuple[str, str]], rows: Any) -> None:
+    """COPY straight into one of Baton's tables, in binary (no text to parse but `data`'s); its
+    statement-level triggers run as for an INSERT. `columns`: (name, PostgreSQL type) pairs."""
     driver = session.connection().connection.driver_connection
     assert driver is not None
-    with driver.cursor() as cursor, cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-        for values in rows:
-            copy.write_row(values)
+    names = ", ".join(name for name, _ in columns)
+    with driver.cursor() as cursor:
+        cursor.adapters.register_dumper(None, _JsonbText)
+        with cursor.copy(f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types([kind for _, kind in columns])
+            for values in rows:
+                copy.write_row(values)
 
 
 def _add_tasks_postgresql(session: Session, tasks: Sequence[ImportedTask], queued: bool) -> TaskBatch:
