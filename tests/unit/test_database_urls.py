@@ -82,7 +82,8 @@ def test_baton_options_come_on_top_of_the_urls(monkeypatch: pytest.MonkeyPatch) 
 
 def test_a_schema_is_the_only_one_on_every_connections_search_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """BATON_DATABASE_SCHEMA: one server option of the one connection string, after the user's own."""
-    monkeypatch.delenv("PGOPTIONS", raising=False)
+    for name in ("PGOPTIONS", "PGPORT", "PGHOST"):
+        monkeypatch.delenv(name, raising=False)
     address = database_address("postgresql://u@h/d", "baton")
     assert address.params["options"] == "-c search_path=baton" and address.schema == "baton"
     assert address.describe() == "PostgreSQL at h:5432/d (schema baton)"

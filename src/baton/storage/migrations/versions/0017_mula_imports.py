@@ -1,8 +1,8 @@
 """The record of `baton import-mula`: when mula's state was taken over into this database, from where
 
-Revision ID: 0015
-Revises: 0014
-Create Date: 2026-12-06 09:00:00
+Revision ID: 0017
+Revises: 0016
+Create Date: 2026-12-07 09:00:00
 """
 
 from collections.abc import Sequence
@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0015"
-down_revision: str | None = "0014"
+revision: str = "0017"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
