@@ -193,6 +193,10 @@ def test_an_unreachable_mula_and_batons_own_database_are_refused(tmp_path: Path)
         one_line_error(
             baton("import-mula", conninfo, env={"BATON_DATABASE_URL": target.url}), "holds Baton's own tables"
         )
+        # Where Baton already runs in that schema (the compose overlay with BATON_DATABASE_SCHEMA empty):
+        # nothing of mula's there, nothing to import, Baton's tables untouched.
+        kept = baton("import-mula", "--if-present", conninfo, env={"BATON_DATABASE_URL": conninfo})
+        assert kept.returncode == 0 and "holds Baton's own tables, not mula's: nothing to import" in kept.stdout
     one_line_error(baton("import-mula", "sqlite:///mula.db", env={"BATON_DATABASE_URL": target.url}), "is PostgreSQL")
     assert not target.written()
 

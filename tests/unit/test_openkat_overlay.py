@@ -102,7 +102,7 @@ def interpolate(text: str, variables: dict[str, str]) -> str:
     def value(match: re.Match[str]) -> str:
         name, operator, argument = match.group(1), match.group(2), match.group(3)
         found = variables.get(name)
-        if operator and operator.endswith("-") and not found:
+        if (operator == ":-" and not found) or (operator == "-" and name not in variables):
             return argument
         if operator and operator.endswith("?") and not found:
             raise AssertionError(f"{name} must be set: {argument}")
@@ -249,3 +249,9 @@ def test_mulas_state_is_taken_over_once_before_baton_starts(
     serves = container_settings(scheduler, monkeypatch)
     assert imports.database_url == serves.database_url == "postgresql+psycopg://" + mula_url.split("://", 1)[1]
     assert imports.database_schema == serves.database_schema == "baton"
+    # Where Baton already ran with its tables in `public`: BATON_DATABASE_SCHEMA= (empty) in .env keeps them.
+    kept = {**importer, "environment": dict(importer["environment"])}
+    kept["environment"]["BATON_DATABASE_SCHEMA"] = interpolate(
+        importer["environment"]["BATON_DATABASE_SCHEMA"], {"BATON_DATABASE_SCHEMA": ""}
+    )
+    assert container_settings(kept, monkeypatch).database_schema is None

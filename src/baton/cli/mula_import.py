@@ -74,7 +74,8 @@ def summary(report: ImportReport) -> list[str]:
             "Nothing added or changed: an import is taken over once (docs/openkat.md says how to start again).",
         ]
     if report.outcome == "absent":
-        return [f"{report.source} has no tables of mula's: nothing to import into {report.target}."]
+        found = report.note or f"{report.source} has no tables of mula's"
+        return [f"{found}: nothing to import into {report.target}."]
     layout = report.layout
     assert layout is not None
     lines = [

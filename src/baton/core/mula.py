@@ -142,7 +142,12 @@ class MulaLayout:
 
 
 class NotMulaError(Exception):
-    """The schema is not mula's at a revision this release reads; the message says what was found."""
+    """The schema is not mula's at a revision this release reads; the message says what was found.
+    `batons`: it holds Baton's own tables (so nothing of mula's either)."""
+
+    def __init__(self, message: str, *, batons: bool = False) -> None:
+        super().__init__(message)
+        self.batons = batons
 
 
 def read_layout(facts: SchemaFacts) -> MulaLayout | None:
@@ -153,7 +158,7 @@ def read_layout(facts: SchemaFacts) -> MulaLayout | None:
         return None
     tasks = facts.tables.get("tasks", {})
     if "seq" in tasks:
-        raise NotMulaError(f"{facts.where} holds Baton's own tables, not mula's")
+        raise NotMulaError(f"{facts.where} holds Baton's own tables, not mula's", batons=True)
     if "alembic_version" not in facts.tables:
         raise NotMulaError(f"{facts.where} is not mula's database: it has {', '.join(present)} but no alembic_version")
     revision = facts.revision

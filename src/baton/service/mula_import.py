@@ -109,6 +109,8 @@ def import_mula(
         try:
             layout = read_layout(facts)
         except NotMulaError as exc:
+            if if_present and exc.batons:  # Baton already runs there: nothing of mula's to take over
+                return ImportReport("absent", described, source=facts.where, note=str(exc))
             raise ConfigurationError(str(exc)) from exc
         if layout is None:
             if if_present:
