@@ -1,6 +1,6 @@
 """The load generator: clients in a tight loop for a fixed time, cheap enough to measure Baton, not
 itself. HTTP clients are `http.client` keep-alive connections; SQL clients are psycopg connections in
-autocommit; store clients call Baton's store-level pop (`baton.storage.queues.pop`) on a SQLAlchemy
+autocommit; store clients call Baton's store-level pop (`baton.storage.queues.operations.pop`) on a SQLAlchemy
 connection, as the API's SQLite executor does. Clients run as threads spread over a few processes
 (threads of one process share a GIL).
 
@@ -191,8 +191,8 @@ def _store_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
     API's SQLite executor builds the statement once, `queues.pop` per call)."""
     from baton.core.model import utcnow
     from baton.core.queueing import PopTarget
-    from baton.storage import queues
     from baton.storage.engine import Store
+    from baton.storage.queues import operations as queues
 
     store = _shared_store(request.target, Store)
     target = PopTarget(queue=request.params["queue"])

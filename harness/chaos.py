@@ -30,9 +30,9 @@ import psycopg
 
 from baton.core.recovery import REPLACED_PREFIX
 from baton.ingest.catalogue.plugins_file import PluginSpec
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
-from baton.storage.plugins import seed_plugins
+from baton.storage.scheduling.plugins import seed_plugins
 from baton.storage.urls import libpq_conninfo
 from harness.servers import start_api_replica, stop_processes, wait_ready
 from harness.waiting import free_port

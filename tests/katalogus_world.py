@@ -20,9 +20,9 @@ from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.scheduler import SchedulerContext
 from baton.openkat import KatalogusClient, OctopoesClient
 from baton.openkat.http import RetryPolicy, ServiceClient
+from baton.storage.control.organisations import create_organisation
+from baton.storage.control.scheduler_leases import release_claims
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
-from baton.storage.scheduler_leases import release_claims
 from baton.storage.tables import Task
 from harness.standins import KatalogusStandin, OctopoesStandin, StandinServer
 from tests import queue_api as queue

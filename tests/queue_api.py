@@ -14,7 +14,9 @@ from sqlalchemy.orm import Session
 from baton.core.errors import InvalidTransitionError, QueueFullError
 from baton.core.model import SchedulerType, TaskStatus, utcnow
 from baton.core.queueing import PopTarget, PushRequest
-from baton.storage import queues, task_pages, tasks
+from baton.storage.queues import operations as queues
+from baton.storage.queues import task_pages
+from baton.storage.queues import task_rows as tasks
 from baton.storage.tables import Task
 
 __all__ = [

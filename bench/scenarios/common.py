@@ -23,7 +23,7 @@ import psycopg
 
 from baton.core.fairness import FAIR_UNIT
 from baton.core.queueing import PopShape
-from baton.storage import pops, statements
+from baton.storage.queues import pops, statements
 from baton.storage.urls import libpq_conninfo
 from bench.loadgen import Rate, Request, measure
 from harness.cputime import tree_seconds

@@ -38,8 +38,8 @@ from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.scheduler import SchedulerContext
 from baton.openkat import KatalogusClient, OctopoesClient
 from baton.openkat.http import ServiceClient
-from baton.storage.catalogue_sync import apply_plugin_listing
 from baton.storage.engine import Store
+from baton.storage.scheduling.catalogue_sync import apply_plugin_listing
 from bench.scenarios.common import Context, add_organisations, connect, fresh_database, percentile, ratio
 
 BOEFJE = "dns-records"

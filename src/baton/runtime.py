@@ -155,7 +155,7 @@ def amqp_services(store: Store, settings: Settings) -> list[Service]:
     schedulers' inboxes."""
     if not settings.amqp.enabled:
         return []
-    from baton.control.organisations import OrganisationWatcher, organisation_applier
+    from baton.control.organisations_from_rabbitmq import OrganisationWatcher, organisation_applier
     from baton.ingest.rabbitmq import OpenKatEventRouter
 
     return [
@@ -168,7 +168,7 @@ def katalogus_services(store: Store, settings: Settings) -> list[Service]:
     """With KATalogus configured: its organisations, read by whichever process holds the `katalogus` lease."""
     if not settings.openkat.katalogus_url:
         return []
-    from baton.control.katalogus import katalogus_services as services
+    from baton.control.organisations_from_katalogus import katalogus_services as services
 
     return list(services(store, settings))
 

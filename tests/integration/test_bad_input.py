@@ -98,7 +98,7 @@ def test_oversized_numbers_are_refused_not_overflowed(acme: TestClient) -> None:
 
 
 def test_a_server_fault_is_a_json_500_with_the_request_id(acme: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    from baton.storage import task_pages
+    from baton.storage.queues import task_pages
 
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("a genuine bug")

@@ -13,9 +13,9 @@ from baton.ingest.catalogue.plugins_file import BUILTIN_CATALOGUE, load_catalogu
 from baton.ingest.events import InProcessSource
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.scheduler import SchedulerContext
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
-from baton.storage.plugins import set_enabled_for_organisation
+from baton.storage.scheduling.plugins import set_enabled_for_organisation
 from baton.storage.tables import Plugin
 from tests.katalogus_world import octopoes_mutation, queued
 

@@ -19,8 +19,8 @@ from baton.core.model import TaskStatus
 from baton.core.settings import OpenKatSettings
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.openkat import BytesClient
-from baton.storage.outside_services import outside_services
-from baton.storage.schedules import ScheduleQuery, list_schedules
+from baton.storage.scheduling.schedules import ScheduleQuery, list_schedules
+from baton.storage.scheduling.service_states import outside_services
 from baton.storage.tables import BoefjeRun, Schedule
 from harness.standins import BytesStandin, StandinServer
 from tests import queue_api as queue

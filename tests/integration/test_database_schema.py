@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from baton.api import create_app
 from baton.control.leadership import DatabaseLeaseLeader
 from baton.core.settings import LeaseSettings, Settings
+from baton.storage.control.liveness import DatabaseUnreachableError, director_renewal
 from baton.storage.engine import Store, head_revision, require_current_schema
-from baton.storage.liveness import DatabaseUnreachableError, director_renewal
 from baton.storage.schema_probe import SchemaProbe
 from harness.factories import add_organisation, push
 from harness.servers import api_replicas

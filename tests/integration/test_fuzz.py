@@ -25,8 +25,8 @@ from baton.api import create_app
 from baton.core.settings import Settings
 from baton.ingest.catalogue.plugins_file import seed_catalogue
 from baton.service.tokens import Scope, create_token
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
 from tests.conftest import POSTGRES_URL, fresh_postgres_database
 from tests.fuzzing import EXAMPLES, record, write_report
 

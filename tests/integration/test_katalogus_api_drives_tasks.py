@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from baton.control.katalogus import KATALOGUS_LOCK_KEY, KATALOGUS_ROLE, KatalogusOrganisationSync
 from baton.control.leadership import DatabaseLeaseLeader
+from baton.control.organisations_from_katalogus import KATALOGUS_LOCK_KEY, KATALOGUS_ROLE, KatalogusOrganisationSync
 from baton.core.catalogue import KATALOGUS_SOURCE
 from baton.core.model import SchedulerSpec
 from baton.core.settings import Settings
@@ -24,8 +24,8 @@ from baton.ingest.outside_links import OutsideLinks, OutsideServiceRecorder
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.scheduler import SchedulerContext
 from baton.openkat import KatalogusClient, OctopoesClient
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
 from harness.standins import OctopoesStandin, StandinServer
 from tests.integration.test_katalogus_organisations import LEASES, Ticker, organisations, retired
 from tests.integration.test_openkat_clients import katalogus_url

@@ -14,15 +14,15 @@ import pytest
 from sqlalchemy import select, text
 from structlog.testing import capture_logs
 
-from baton.control.katalogus import KATALOGUS_LOCK_KEY, KATALOGUS_ROLE, KatalogusOrganisationSync
 from baton.control.leadership import DatabaseLeaseLeader
+from baton.control.organisations_from_katalogus import KATALOGUS_LOCK_KEY, KATALOGUS_ROLE, KatalogusOrganisationSync
 from baton.core.catalogue import AUTO_SOURCE, KATALOGUS_SOURCE
 from baton.core.settings import LeaseSettings, Settings
 from baton.ingest.outside_links import OutsideServiceRecorder
 from baton.openkat import KatalogusClient
+from baton.storage.control.organisations import adopt_organisation, create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import adopt_organisation, create_organisation
-from baton.storage.outside_services import outside_services
+from baton.storage.scheduling.service_states import outside_services
 from baton.storage.tables import Organisation, Scheduler, Task
 from harness.standins import KatalogusStandin, StandinServer
 from harness.waiting import wait_until
@@ -223,7 +223,7 @@ def test_a_director_runs_the_schedulers_of_a_katalogus_organisation_within_a_pol
     retired (its schedulers stop, its tasks stay), and when KATalogus lists it again its schedulers run
     again."""
     from baton.runtime import RunnerKind, director_services
-    from baton.storage.inbox import enqueue_event
+    from baton.storage.scheduling.inbox import enqueue_event
 
     standin, server = katalogus
     org = f"org{uuid.uuid4().hex[:8]}"

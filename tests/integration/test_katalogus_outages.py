@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from baton.storage.backfills import backfills
-from baton.storage.outside_services import outside_services
+from baton.storage.scheduling.backfills import backfills
+from baton.storage.scheduling.service_states import outside_services
 from tests.katalogus_world import (
     OBJECTS_CALL,
     PLUGINS_CALL,

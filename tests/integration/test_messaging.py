@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from baton.control.organisations import OrganisationWatcher, organisation_applier
+from baton.control.organisations_from_rabbitmq import OrganisationWatcher, organisation_applier
 from baton.control.runners import ThreadRunner
 from baton.core.model import SchedulerSpec, SchedulerType, utcnow
 from baton.core.queueing import PopTarget
@@ -37,10 +37,10 @@ from baton.ingest.planners.normalizer import NormalizerScheduler
 from baton.ingest.rabbitmq import DEAD_LETTER_QUEUE, ORGANISATIONS_QUEUE, Publisher, RabbitMQSource, event_queue
 from baton.ingest.scheduler import SchedulerContext
 from baton.runtime import scheduler_context
-from baton.storage import queues
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
-from baton.storage.plugins import seed_plugins
+from baton.storage.queues import operations as queues
+from baton.storage.scheduling.plugins import seed_plugins
 from baton.storage.tables import Organisation, Plugin, Scheduler, Task
 from harness.servers import rabbitmqctl
 from harness.waiting import wait_until
@@ -456,7 +456,7 @@ def test_openkats_own_queues_are_routed_to_the_schedulers(store: Store, amqp_url
     from baton.ingest.events import DatabaseInbox
     from baton.ingest.planners.boefje import BoefjeScheduler
     from baton.ingest.rabbitmq import OpenKatEventRouter
-    from baton.storage.plugins import seed_plugins as seed
+    from baton.storage.scheduling.plugins import seed_plugins as seed
 
     with store.session() as session:
         if not session.get(Plugin, "dns-records"):

@@ -26,7 +26,7 @@ from baton.ingest.planners.normalizer import NormalizerScheduler
 from baton.ingest.planners.report import ReportScheduler
 from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Store
-from baton.storage.plugins import seed_plugins
+from baton.storage.scheduling.plugins import seed_plugins
 from harness.servers import api_replicas
 from tests.openkat_models import (
     PaginatedSchedulesResponse,

@@ -21,7 +21,7 @@ from baton.core.model import utcnow
 from baton.core.settings import Settings
 from baton.openkat import BytesClient
 from baton.storage.engine import Store
-from baton.storage.outside_services import record_outside_service
+from baton.storage.scheduling.service_states import record_outside_service
 from harness.standins import BytesStandin, StandinServer
 from tests.katalogus_world import World, client, octopoes_mutation, world
 

@@ -21,8 +21,8 @@ from baton.core.model import TaskStatus, utcnow
 from baton.core.recovery import REPLACED_PREFIX, RecoveryRule
 from baton.core.settings import Settings
 from baton.ingest.scheduler import SchedulerContext
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
 from baton.storage.tables import Organisation, Task
 from tests import queue_api as queue
 

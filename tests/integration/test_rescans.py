@@ -23,8 +23,8 @@ from baton.ingest.events import InProcessSource
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Store
-from baton.storage.plugins import seed_plugins
-from baton.storage.schedules import ScheduleQuery, create_schedule, list_schedules
+from baton.storage.scheduling.plugins import seed_plugins
+from baton.storage.scheduling.schedules import ScheduleQuery, create_schedule, list_schedules
 from baton.storage.tables import BoefjeRun, Schedule, Task
 from tests import queue_api as queue
 from tests.katalogus_world import Clock, World, octopoes_mutation, queued, run_until_idle, world
@@ -283,7 +283,7 @@ def test_the_embedded_catalogue_rescans_after_the_grace_period(store: Store) -> 
             session, [{"id": "dns", "type": "boefje", "name": "DNS", "consumes": ["Hostname"], "scan_level": 1}]
         )
     with store.session() as session:
-        from baton.storage.organisations import create_organisation
+        from baton.storage.control.organisations import create_organisation
 
         create_organisation(session, "acme", "Acme", maxsize=100)
     source, clock = InProcessSource(), Clock()

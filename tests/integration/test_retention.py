@@ -17,12 +17,12 @@ from baton.control.runners import ThreadRunner
 from baton.core.model import TaskStatus, utcnow
 from baton.core.settings import Settings
 from baton.ingest.scheduler import SchedulerContext
-from baton.storage.boefje_runs import claim_boefje_runs
+from baton.storage.control.leadership import HOUSEKEEPER_ROLE, leadership
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.leadership import HOUSEKEEPER_ROLE, leadership
-from baton.storage.organisations import create_organisation
-from baton.storage.retention import delete_consumed_events, delete_finished
-from baton.storage.schedules import create_schedule
+from baton.storage.queues.retention import delete_consumed_events, delete_finished
+from baton.storage.scheduling.boefje_runs import claim_boefje_runs
+from baton.storage.scheduling.schedules import create_schedule
 from baton.storage.tables import BoefjeRun, Event, Organisation, Schedule, Task
 from tests import queue_api as queue
 

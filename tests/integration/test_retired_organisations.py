@@ -1,4 +1,4 @@
-"""An organisation KATalogus stops listing is retired, never deleted (storage/organisation_sync.py), on
+"""An organisation KATalogus stops listing is retired, never deleted (storage/control/organisation_sync.py), on
 both backends: its tasks and schedules stay readable through Baton's and OpenKAT's reads, its queues take
 and hand out nothing, its schedulers stop and are not claimed again (director and workers), and when
 KATalogus lists it again it comes back with its history. Deleting is an operator's explicit
@@ -15,18 +15,18 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from baton.control.housekeeping import Housekeeping
-from baton.control.katalogus import KATALOGUS_LOCK_KEY, KATALOGUS_ROLE, KatalogusOrganisationSync
 from baton.control.leadership import DatabaseLeaseLeader
+from baton.control.organisations_from_katalogus import KATALOGUS_LOCK_KEY, KATALOGUS_ROLE, KatalogusOrganisationSync
 from baton.core.catalogue import RETIRED_TASK_REASON
 from baton.core.model import TaskStatus, utcnow
 from baton.core.settings import LeaseSettings, Settings
 from baton.ingest.ownership import Ownership
 from baton.openkat import KatalogusClient
-from baton.storage import scheduler_leases
-from baton.storage import workers as worker_rows
+from baton.storage.control import scheduler_leases
+from baton.storage.control import workers as worker_rows
+from baton.storage.control.organisation_sync import retire_organisations
+from baton.storage.control.scheduler_rows import all_specs
 from baton.storage.engine import Store
-from baton.storage.organisation_sync import retire_organisations
-from baton.storage.scheduler_rows import all_specs
 from baton.storage.tables import Organisation, Task
 from harness.factories import add_organisation
 from harness.standins import KatalogusStandin, StandinServer

@@ -17,10 +17,10 @@ from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.planners.normalizer import NormalizerScheduler
 from baton.ingest.planners.report import ReportScheduler
 from baton.ingest.scheduler import SchedulerContext
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
-from baton.storage.plugins import seed_plugins, set_enabled_for_organisation
-from baton.storage.schedules import create_schedule
+from baton.storage.scheduling.plugins import seed_plugins, set_enabled_for_organisation
+from baton.storage.scheduling.schedules import create_schedule
 from baton.storage.tables import Schedule, Task
 from tests import queue_api as queue
 

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from baton.api import create_app
 from baton.core.settings import Settings
-from baton.storage.organisations import create_organisation
+from baton.storage.control.organisations import create_organisation
 from tests.katalogus_world import World, give_up, octopoes_mutation, queued, run_until_idle, world
 
 __all__ = ["world"]  # the fixture

@@ -21,8 +21,8 @@ from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcno
 from baton.core.settings import Settings
 from baton.ingest.catalogue.plugins_file import seed_catalogue
 from baton.ingest.scheduler import SchedulerContext
+from baton.storage.control.organisations import create_organisation, delete_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation, delete_organisation
 from baton.storage.tables import Schedule
 from baton.storage.tables import Scheduler as SchedulerRow
 from harness.waiting import wait_until

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from baton.api.schemas import TaskOut
 from baton.core.queueing import TASK_FIELDS
-from baton.storage.statements import task_columns
+from baton.storage.queues.statements import task_columns
 
 
 def test_every_statement_returns_the_task_fields_in_order() -> None:

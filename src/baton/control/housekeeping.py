@@ -1,5 +1,5 @@
 """Housekeeping: recover tasks nobody reports on (core/recovery.py), settle retired organisations
-(storage/organisation_sync.py), remove finished tasks and the inbox events consumed past their retention
+(storage/control/organisation_sync.py), remove finished tasks and the inbox events consumed past their retention
 (`BATON_TASK_RETENTION_DAYS`, off by default; `BATON_EVENT_RETENTION_DAYS`), and settle the pop receipts
 an API process remembered to settle once more but did not live to (service/receipts.py).
 
@@ -31,12 +31,12 @@ from baton.core.recovery import RecoveryRule
 from baton.core.retention import pause_after, retention_cutoff
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
+from baton.storage.control.leadership import HOUSEKEEPER_LIVENESS_LOCK_KEY, HOUSEKEEPER_ROLE
+from baton.storage.control.organisation_sync import settle_retired
 from baton.storage.engine import Store
-from baton.storage.leadership import HOUSEKEEPER_LIVENESS_LOCK_KEY, HOUSEKEEPER_ROLE
-from baton.storage.organisation_sync import settle_retired
-from baton.storage.receipts import delete_expired_keys, settle_remembered
-from baton.storage.retention import delete_consumed_events, delete_finished
-from baton.storage.tasks import recover_stuck
+from baton.storage.queues.receipts import delete_expired_keys, settle_remembered
+from baton.storage.queues.retention import delete_consumed_events, delete_finished
+from baton.storage.queues.task_rows import recover_stuck
 
 log = get_logger("baton.housekeeping")
 
@@ -106,7 +106,7 @@ class Housekeeping:
         return requeued, failed
 
     def settle_retired_organisations(self) -> tuple[int, int]:
-        """Retired organisations keep nothing queued and nothing claimed (storage/organisation_sync.py):
+        """Retired organisations keep nothing queued and nothing claimed (storage/control/organisation_sync.py):
         a task back in a retired queue since (a runner handed it back, recovery handed it out again) is
         cancelled, a claim taken meanwhile revoked. (cancelled, revoked)."""
         with self.store.control_session() as session:

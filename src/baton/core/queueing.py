@@ -85,7 +85,7 @@ class PopShape:
 class PopPlan:
     """How one pop runs. `shape`: its statement. `filters`: compiled for this pop (not a statement kept
     compiled). `keyed`: with an idempotency key, in a transaction that remembers it. `batched`: shares a
-    statement with the concurrent pops of its target (storage/popbatch.py)."""
+    statement with the concurrent pops of its target (storage/queues/popbatch.py)."""
 
     shape: PopShape
     filters: FilterTree | None
@@ -103,7 +103,7 @@ def plan_pop(request: PopRequest, *, caps: bool, deduplicate: bool, batching: bo
 
     - A boefje pop of more than one task with deduplication on hands out a deduplication group together
       (`together`), unless it carries a key (a keyed pop is the plain pop, remembered).
-    - Filters are compiled for the pop; a key makes it a transaction of its own (storage/receipts.py).
+    - Filters are compiled for the pop; a key makes it a transaction of its own (storage/queues/receipts.py).
     - Only a plain pop without filters, key or caps is batched with its target's concurrent pops (with
       caps each pop counts the organisation's tasks in flight itself; a group has its own head)."""
     target = request.target

@@ -1,5 +1,5 @@
 """Recovery of tasks nobody reports on: which dispatched or running task is handed out again, which
-is given up as failed, and why. Pure rules; storage/tasks.py applies them, the housekeeper runs them.
+is given up as failed, and why. Pure rules; storage/queues/task_rows.py applies them, the housekeeper runs them.
 
 OpenKAT's runners report a task twice: `running` when one of their workers starts it, and
 `completed` or `failed` when it ends, nothing in between however long the scan takes. A silent

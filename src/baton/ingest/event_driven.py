@@ -14,8 +14,8 @@ from baton.core.errors import NotFoundError, QueueDisabledError, QueueFullError,
 from baton.core.model import SchedulerSpec
 from baton.ingest.events import AnyEvent, Delivery, EventSource, event_organisation, parse_event
 from baton.ingest.scheduler import Scheduler, SchedulerContext
+from baton.storage.control.scheduler_leases import Claim
 from baton.storage.engine import Session
-from baton.storage.scheduler_leases import Claim
 
 # What makes one event of a batch unhandleable now: the batch is then handled one event at a time.
 EVENT_FAILURES = (QueueFullError, UnprocessableError, NotFoundError, QueueDisabledError)

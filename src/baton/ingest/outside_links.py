@@ -25,7 +25,7 @@ from baton.core.model import utcnow
 from baton.core.outages import Outage
 from baton.core.settings import Settings
 from baton.storage.engine import Store
-from baton.storage.outside_services import record_outside_service
+from baton.storage.scheduling.service_states import record_outside_service
 
 if TYPE_CHECKING:  # the HTTP clients are loaded only where KATalogus is configured
     from baton.openkat import BytesClient, KatalogusClient, OctopoesClient
@@ -41,7 +41,7 @@ class HeldBack(OutsideServiceError):
 
 class OutsideServiceRecorder:
     """Outside services' state as this process sees it, written where every process reads it
-    (storage/outside_services.py): when it changes, and every `refresh_seconds` while it does not,
+    (storage/scheduling/service_states.py): when it changes, and every `refresh_seconds` while it does not,
     so `checked_at` says how fresh the word is."""
 
     def __init__(self, store: Store, refresh_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:

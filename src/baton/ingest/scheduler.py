@@ -36,9 +36,9 @@ from baton.ingest.events import DatabaseInbox, EventSource
 from baton.ingest.ownership import Ownership
 from baton.ingest.planning import Planning, scheduler_log
 from baton.ingest.wakeups import InputWakeups
+from baton.storage.control.scheduler_leases import Claim, fenced_before_first_write
 from baton.storage.engine import Session, Store
 from baton.storage.errors import DATABASE
-from baton.storage.scheduler_leases import Claim, fenced_before_first_write
 
 if TYPE_CHECKING:  # only a process with KATalogus configured loads the HTTP clients
     from baton.ingest.outside_links import OutsideLinks
@@ -165,7 +165,7 @@ class Scheduler(ABC):
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """The one way a scheduler writes: one transaction in which its first write is preceded by
-        the fencing check of its claim (storage/scheduler_leases.py), so nothing commits once another term
+        the fencing check of its claim (storage/control/scheduler_leases.py), so nothing commits once another term
         holds the row. A round that only reads (an empty inbox) costs no check."""
         if self._lost is not None:
             raise FencedError(self._lost)

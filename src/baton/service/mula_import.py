@@ -44,8 +44,8 @@ from baton.core.mula import (
     organisation_refusal,
     read_layout,
 )
+from baton.storage.control.liveness import DatabaseUnreachableError
 from baton.storage.engine import Store, describe_database
-from baton.storage.liveness import DatabaseUnreachableError
 from baton.storage.mula_import import target
 from baton.storage.mula_import.source import MulaSnapshot, SourceCounts, open_snapshot
 from baton.storage.mula_import.target import ImportRecord

@@ -67,7 +67,7 @@ def _configure_sqlite(engine: Engine) -> None:
 
 def connection_name(pid: int | None = None) -> str:
     """What every connection of this process is called in pg_stat_activity: `baton <pid>@<host>`,
-    the same process as the owner ids `host:pid#...` of its leases (storage/scheduler_leases.py ends
+    the same process as the owner ids `host:pid#...` of its leases (storage/control/scheduler_leases.py ends
     the transactions of a process whose leases ran out). PostgreSQL keeps 63 bytes of it."""
     return f"baton {pid or os.getpid()}@{os.uname().nodename}"[:63]
 

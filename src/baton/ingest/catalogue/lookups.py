@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from baton.core.catalogue import may_scan
-from baton.storage.catalogue_sync import plugin_enabled_for, plugins_enabled_by_setting
 from baton.storage.engine import Session
-from baton.storage.plugins import enabled_plugins
+from baton.storage.scheduling.catalogue_sync import plugin_enabled_for, plugins_enabled_by_setting
+from baton.storage.scheduling.plugins import enabled_plugins
 from baton.storage.tables import Plugin
 
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from baton.core.errors import ConfigurationError
 from baton.ingest.events import ScanLevel
 from baton.storage.engine import Session
-from baton.storage.plugins import seed_plugins
+from baton.storage.scheduling.plugins import seed_plugins
 
 BUILTIN_CATALOGUE = Path(__file__).parent.parent / "plugins.yml"
 PluginId = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")

@@ -23,8 +23,8 @@ from baton.ingest.planners.new_boefjes import Backfiller
 from baton.ingest.planners.rescan_rounds import RescanRounds
 from baton.ingest.planners.twins import TwinPlanner, deduplicates
 from baton.ingest.scheduler import SchedulerContext
+from baton.storage.control.scheduler_leases import Claim
 from baton.storage.engine import Session
-from baton.storage.scheduler_leases import Claim
 from baton.storage.tables import Plugin
 
 

@@ -4,7 +4,7 @@ another organisation. For each pair it claims the grace period in `boefje_runs` 
 competing schedulers cannot both queue a pair; with Bytes configured, after what Bytes says of the runs
 Baton did not see: last_runs.py), ranks the task by the pair's last run, pushes it and gives it its
 rescan schedule (or refreshes the one it has), and notes each task it created for its twin check
-(storage/twin_checks.py: in the database, so a restart before the check loses none). Everything in the
+(storage/queues/twin_checks.py: in the database, so a restart before the check loses none). Everything in the
 caller's transaction."""
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from baton.core.rescans import first_rescan
 from baton.core.settings import Settings
 from baton.ingest.planners.last_runs import LastRuns
 from baton.ingest.planning import Planning
-from baton.storage import queues
-from baton.storage.boefje_runs import RunClaim, claim_boefje_runs
 from baton.storage.engine import Session
-from baton.storage.rescans import KeptSchedule, keep_schedules, reenable_schedules
+from baton.storage.queues import operations as queues
+from baton.storage.queues.twin_checks import note_twin_checks
+from baton.storage.scheduling.boefje_runs import RunClaim, claim_boefje_runs
+from baton.storage.scheduling.boefje_schedules import KeptSchedule, keep_schedules, reenable_schedules
 from baton.storage.tables import Plugin
-from baton.storage.twin_checks import note_twin_checks
 
 
 @dataclass(frozen=True)

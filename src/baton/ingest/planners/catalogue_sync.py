@@ -18,8 +18,8 @@ from baton.core.errors import OutsideServiceError
 from baton.ingest.catalogue.katalogus_listing import listed_plugins
 from baton.ingest.outside_links import HeldBack, OutsideLinks
 from baton.ingest.planning import Planning
-from baton.storage.backfills import drop_backfills, start_backfills
-from baton.storage.catalogue_sync import ListingChange, apply_plugin_listing, catalogue_synced_at
+from baton.storage.scheduling.backfills import drop_backfills, start_backfills
+from baton.storage.scheduling.catalogue_sync import ListingChange, apply_plugin_listing, catalogue_synced_at
 
 
 class CatalogueSync:

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from baton.core.errors import OutsideServiceError
 from baton.ingest.outside_links import OutsideLinks
-from baton.storage.boefje_runs import last_queued, remember_boefje_runs
 from baton.storage.engine import Session
+from baton.storage.scheduling.boefje_runs import last_queued, remember_boefje_runs
 
 if TYPE_CHECKING:
     from baton.openkat import BytesClient

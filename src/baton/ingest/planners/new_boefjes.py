@@ -1,7 +1,7 @@
 """New boefjes: a boefje newly enabled for an organisation gets tasks for the organisation's existing
 objects it may scan (mula's process_new_boefjes), read from Octopoes one page per turn.
 
-The catalogue sync records the backfill (storage/backfills.py) in the transaction that records the
+The catalogue sync records the backfill (storage/scheduling/backfills.py) in the transaction that records the
 boefje as enabled, so a restart neither forgets it nor starts every enabled boefje over. Each turn reads
 the next page at the backfill's `valid_time` (the pages agree however long it takes) and, in one fenced
 transaction, makes its tasks through the one maker of boefje tasks (boefje_tasks.py: grace-period claims,
@@ -20,7 +20,7 @@ from baton.ingest.outside_links import HeldBack, OutsideLinks
 from baton.ingest.planners.boefje_tasks import BoefjeTaskMaker
 from baton.ingest.planners.last_runs import with_last_runs
 from baton.ingest.planning import Planning
-from baton.storage.backfills import Backfill, advance_backfill, drop_backfills, next_backfill
+from baton.storage.scheduling.backfills import Backfill, advance_backfill, drop_backfills, next_backfill
 
 
 class Backfiller:

@@ -20,12 +20,12 @@ from baton.ingest.event_driven import EventDrivenScheduler
 from baton.ingest.events import EVENT_KIND, AnyEvent, KatRawDataReceived, RawFileReceived, raw_data_of
 from baton.ingest.planners.catalogue_sync import CatalogueReadiness
 from baton.ingest.scheduler import SchedulerContext
-from baton.storage import queues
+from baton.storage.control.scheduler_leases import Claim
 from baton.storage.engine import Session
-from baton.storage.queues import PushRequest
-from baton.storage.raw_files import handled_raw_files
-from baton.storage.rescans import delete_boefje_schedule
-from baton.storage.scheduler_leases import Claim
+from baton.storage.queues import operations as queues
+from baton.storage.queues.operations import PushRequest
+from baton.storage.scheduling.boefje_schedules import delete_boefje_schedule
+from baton.storage.scheduling.raw_files import handled_raw_files
 
 DESCHEDULE = "openkat/deschedule"  # a boefje's word that it is not to be scheduled on this object again
 

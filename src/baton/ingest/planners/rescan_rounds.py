@@ -43,7 +43,7 @@ from baton.ingest.planners.boefje_tasks import BoefjeTaskMaker
 from baton.ingest.planners.last_runs import with_last_runs
 from baton.ingest.planning import Planning
 from baton.storage.engine import Session
-from baton.storage.rescans import (
+from baton.storage.scheduling.boefje_schedules import (
     DueSchedule,
     Settled,
     boefje_of,

@@ -11,10 +11,10 @@ from baton.core.jobs import JOB_MODELS, Job, ReportJob, carries_its_task_id, job
 from baton.core.model import SchedulerType
 from baton.core.priorities import AUTOMATIC_PRIORITY
 from baton.ingest.planning import Planning
-from baton.storage import queues
 from baton.storage.engine import Session
-from baton.storage.queues import PushRequest
-from baton.storage.schedules import claim_due
+from baton.storage.queues import operations as queues
+from baton.storage.queues.operations import PushRequest
+from baton.storage.scheduling.schedules import claim_due
 from baton.storage.tables import Schedule as ScheduleRow
 
 

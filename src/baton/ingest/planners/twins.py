@@ -3,7 +3,7 @@ other organisations that KATalogus reports with identical settings of the boefje
 hold the object (mula's is_boefje_in_other_orgs). OpenKAT's runner then scans once for all of them.
 
 The maker of boefje tasks (boefje_tasks.py) notes each task it creates, in the database and in the
-transaction that makes it (storage/twin_checks.py), so a restart before the task is looked at loses
+transaction that makes it (storage/queues/twin_checks.py), so a restart before the task is looked at loses
 nothing; `step` takes the organisation's oldest notes and asks the outside services, outside any
 transaction:
 - KATalogus `GET /v1/configs?organisation_id&boefje_id&enabled=true&with_duplicates=true`: the other
@@ -37,9 +37,9 @@ from baton.ingest.outside_links import OutsideLinks
 from baton.ingest.planners.boefje_tasks import BoefjeTaskMaker
 from baton.ingest.planners.last_runs import with_last_runs
 from baton.ingest.planning import Planning
-from baton.storage.deduplication import mark_key
 from baton.storage.engine import Session
-from baton.storage.twin_checks import PendingTwinCheck, drop_twin_checks, pending_twin_checks
+from baton.storage.queues.twin_checks import PendingTwinCheck, drop_twin_checks, pending_twin_checks
+from baton.storage.queues.twins import mark_key
 
 if TYPE_CHECKING:
     from baton.openkat.http import ServiceClient

@@ -32,7 +32,7 @@ from baton.service.status.snapshot import SnapshotCache, take_snapshot
 from baton.service.status.task_views import TaskPage, tasks_page
 from baton.service.tasks import TaskDetail, task_detail
 from baton.storage.engine import Store
-from baton.storage.listings import organisations_page, problem_condition, schedulers_page
+from baton.storage.queues.listings import organisations_page, problem_condition, schedulers_page
 from baton.storage.schema_probe import SchemaProbe
 
 __all__ = [

@@ -4,8 +4,8 @@ in-flight tasks), totals per type, and a keyset page of organisations with their
 Every read costs the same whether `tasks` holds a thousand rows or ten million, and the estate's
 counts and the totals are aggregate SQL, not a listing of every organisation: queued and in-flight
 counts come from the trigger-kept counters, failures of the last hour from a capped range scan and
-the oldest queued task from one index probe per non-empty queue (`storage/status_reads.py`,
-`storage/listings.py`), the rates from this process's counters (`rates.py`).
+the oldest queued task from one index probe per non-empty queue (`storage/queues/status_reads.py`,
+`storage/queues/listings.py`), the rates from this process's counters (`rates.py`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from baton.core.model import SchedulerType
 from baton.service.queues import QueueView
 from baton.service.status.rates import Rates
 from baton.storage.engine import Session
-from baton.storage.listings import EstateCounts
-from baton.storage.status_reads import oldest_queued, oldest_queued_by_type, type_totals
+from baton.storage.queues.listings import EstateCounts
+from baton.storage.queues.status_reads import oldest_queued, oldest_queued_by_type, type_totals
 
 FAILED_WINDOW = timedelta(hours=1)
 
@@ -127,7 +127,7 @@ def queue_statuses(
 
 
 def type_rows(session: Session, failed: dict[str, int], now: datetime) -> list[Totals]:
-    """Totals per type by aggregate SQL (`storage/status_reads.py`), not by listing the queues."""
+    """Totals per type by aggregate SQL (`storage/queues/status_reads.py`), not by listing the queues."""
     totals = type_totals(session)
     oldest = oldest_queued_by_type(session)
     failed_by_type: dict[str, int] = {}

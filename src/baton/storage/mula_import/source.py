@@ -26,7 +26,7 @@ from baton.core.diagnosis import reason
 from baton.core.errors import ConfigurationError
 from baton.core.mula import MulaLayout, MulaRun, MulaSchedule, MulaTask, SchemaFacts
 from baton.core.settings import normalise_database_url
-from baton.storage.mula_import.catalogue import schema_facts
+from baton.storage.foreign_tables import schema_facts
 from baton.storage.urls import database_address
 
 ARGUMENT = "MULA_DATABASE_URL"

@@ -36,10 +36,10 @@ from baton.core.catalogue import KATALOGUS_SOURCE
 from baton.core.model import TaskStatus
 from baton.core.mula import DUPLICATE_REASON, ImportedRun, ImportedSchedule, ImportedTask, foreign_tables
 from baton.core.settings import normalise_database_url
+from baton.storage.control.liveness import read_only_connection
+from baton.storage.control.organisations import ensure_organisation
 from baton.storage.engine import applied_revision, on_postgresql
-from baton.storage.liveness import read_only_connection
-from baton.storage.mula_import.catalogue import schema_facts
-from baton.storage.organisations import ensure_organisation
+from baton.storage.foreign_tables import schema_facts
 from baton.storage.tables import (
     BoefjeRun,
     LeaderRecord,

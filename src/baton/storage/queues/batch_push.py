@@ -17,9 +17,9 @@ from baton.core.errors import DuplicateTaskError, NotFoundError, QueueFullError
 from baton.core.fairness import fair_step, fair_tag
 from baton.core.model import TaskStatus
 from baton.core.queueing import Outcome, PushRequest, PushResult
-from baton.storage import push_statements, statements
 from baton.storage.engine import on_postgresql
-from baton.storage.push import Executable, as_dict, push
+from baton.storage.queues import push_statements, statements
+from baton.storage.queues.push import Executable, as_dict, push
 
 
 def push_many(executable: Executable, requests: Sequence[PushRequest], now: datetime) -> list[PushResult]:

@@ -27,7 +27,7 @@ def set_enabled(session: Session, scheduler_id: str, enabled: bool) -> Scheduler
 
 def all_specs(session: Session) -> set[SchedulerSpec]:
     """Every scheduler that should run: one per scheduler row of an existing organisation that is not
-    retired (storage/organisation_sync.py)."""
+    retired (storage/control/organisation_sync.py)."""
     rows = session.execute(
         select(Scheduler.organisation, Scheduler.type)
         .join(Organisation, Organisation.id == Scheduler.organisation)

@@ -15,8 +15,8 @@ from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService, retry_until_stopped
 from baton.ingest.events import ORGANISATION_EVENT, OrganisationCreated, OrganisationDeleted
 from baton.ingest.rabbitmq import AMQP_ERRORS, ORGANISATIONS_QUEUE, close_quietly, connect, dead_letter, declare_queue
+from baton.storage.control.organisations import create_organisation, delete_organisation, get_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation, delete_organisation, get_organisation
 
 log = get_logger("baton.organisations")
 OrganisationEvent = OrganisationCreated | OrganisationDeleted

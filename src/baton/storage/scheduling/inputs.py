@@ -30,7 +30,7 @@ from baton.storage.errors import DATABASE, unavailable
 from baton.storage.tables import Schedule
 from baton.storage.urls import libpq_conninfo
 
-log = get_logger("baton.storage.inputs")
+log = get_logger("baton.storage.scheduling.inputs")
 
 INPUTS_CHANNEL = "baton_inputs"  # migration 0010's triggers notify it
 # The listening connection is asked something this often: a connection a silent network cut off

@@ -3,12 +3,12 @@ an organisation KATalogus lists gets its Baton organisation (and so its schedule
 director or the workers), one that KATalogus created here and no longer lists is retired, and a retired
 one it lists again comes back. Retiring deletes nothing: the organisation's schedulers stop, its queues
 take and hand out no task, and its tasks and schedules stay readable (`GET /tasks`, `/schedules`, rocky),
-so it comes back with its history (storage/organisation_sync.py). Deleting an organisation with its data
+so it comes back with its history (storage/control/organisation_sync.py). Deleting an organisation with its data
 is an operator's explicit `DELETE /organisations/{id}`, never this sync's.
 
 Every process that watches organisations (directors, workers: where the RabbitMQ watcher runs too) runs
 this service, but only the holder of the `katalogus` leadership lease polls, and it writes only while the
-lease is still its own, checked and locked in the transaction that writes (storage/leadership.py
+lease is still its own, checked and locked in the transaction that writes (storage/control/leadership.py
 `leads_now`). So two listings never race: a stale one (read before a retirement, written after it) can
 only come from a holder that lost the lease meanwhile, and its write is refused. What a listing cannot
 undo is a change made in Baton itself: an organisation deleted through the API while KATalogus still
@@ -36,9 +36,8 @@ from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
 from baton.ingest.outside_links import OutsideServiceRecorder
 from baton.openkat import KatalogusClient
-from baton.storage.engine import Store
-from baton.storage.leadership import leads_now
-from baton.storage.organisation_sync import (
+from baton.storage.control.leadership import leads_now
+from baton.storage.control.organisation_sync import (
     add_katalogus_organisation,
     adopt_auto_organisations,
     organisation_ids,
@@ -46,6 +45,7 @@ from baton.storage.organisation_sync import (
     retire_organisations,
     retired_ids,
 )
+from baton.storage.engine import Store
 
 log = get_logger("baton.katalogus")
 KATALOGUS_ROLE = "katalogus"

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from baton.core.model import SchedulerType
 from baton.core.rescans import OBJECT_REASONS, PLUGIN_NOT_ENABLED
-from baton.storage.boefje_runs import record_boefje_run
 from baton.storage.engine import insert_for, on_postgresql
+from baton.storage.scheduling.boefje_runs import record_boefje_run
 from baton.storage.tables import Plugin, Schedule, Task
 
 BOEFJE = SchedulerType.BOEFJE.value

@@ -22,12 +22,12 @@ from baton.core.model import TaskStatus
 from baton.core.queueing import PopShape, PopTarget
 from baton.core.queueing import PushRequest as PushRequest
 from baton.core.queueing import PushResult as PushResult
-from baton.storage import statements
-from baton.storage.batch_push import push_many as push_many
 from baton.storage.engine import on_postgresql
-from baton.storage.pops import PopStatement, build_pop
-from baton.storage.push import Executable, as_dict
-from baton.storage.push import push as push
+from baton.storage.queues import statements
+from baton.storage.queues.batch_push import push_many as push_many
+from baton.storage.queues.pops import PopStatement, build_pop
+from baton.storage.queues.push import Executable, as_dict
+from baton.storage.queues.push import push as push
 from baton.storage.tables import IS_QUEUED, Task
 
 

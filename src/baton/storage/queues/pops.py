@@ -39,7 +39,7 @@ from sqlalchemy import (
 
 from baton.core.model import TaskStatus
 from baton.core.queueing import PopShape, PopTarget
-from baton.storage.statements import TASKS, Dialect, compiled_sql, task_columns
+from baton.storage.queues.statements import TASKS, Dialect, compiled_sql, task_columns
 from baton.storage.tables import IS_QUEUED, Organisation, QueueCounter, Scheduler, Task
 
 

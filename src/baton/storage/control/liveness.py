@@ -20,7 +20,7 @@ from sqlalchemy.pool import NullPool
 from baton.core.diagnosis import reason
 from baton.core.errors import BatonError
 from baton.core.settings import normalise_database_url
-from baton.storage.leadership import DIRECTOR_ROLE
+from baton.storage.control.leadership import DIRECTOR_ROLE
 from baton.storage.tables import LeaderRecord, WorkerRecord
 from baton.storage.urls import database_address
 

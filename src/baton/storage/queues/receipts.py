@@ -21,9 +21,10 @@ from sqlalchemy.exc import IntegrityError
 from baton.core.model import TaskStatus
 from baton.core.queueing import PopTarget
 from baton.core.receipts import KeyedPop, Settlement
-from baton.storage import queues, statements
 from baton.storage.engine import insert_for, on_postgresql
-from baton.storage.push import Executable, as_dict
+from baton.storage.queues import operations as queues
+from baton.storage.queues import statements
+from baton.storage.queues.push import Executable, as_dict
 from baton.storage.tables import IS_DISPATCHED, PendingSettlement, PopReceipt, Task
 
 HANDED_BACK = "handed back: the pop's answer did not reach its client"

@@ -20,10 +20,10 @@ from sqlalchemy.orm import Session
 from baton.core.admission import Admission, admit, twin_queued
 from baton.core.errors import NotFoundError, TaskIdTakenError
 from baton.core.queueing import PushRequest, PushResult, PushSchedule
-from baton.storage import push_statements
-from baton.storage.boefje_runs import record_boefje_run
 from baton.storage.engine import on_postgresql
-from baton.storage.rescans import KeptSchedule, keep_schedules
+from baton.storage.queues import push_statements
+from baton.storage.scheduling.boefje_runs import record_boefje_run
+from baton.storage.scheduling.boefje_schedules import KeptSchedule, keep_schedules
 from baton.storage.tables import Task
 
 Executable = Session | Connection

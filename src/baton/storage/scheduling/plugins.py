@@ -10,8 +10,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from baton.core.errors import ConflictError, NotFoundError
+from baton.storage.control.organisations import get_organisation
 from baton.storage.engine import insert_for
-from baton.storage.organisations import get_organisation
 from baton.storage.tables import Plugin, PluginSetting
 
 

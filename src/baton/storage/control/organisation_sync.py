@@ -2,7 +2,7 @@
 ones it adds, the ones it retires (KATalogus no longer lists them) and brings back.
 
 A retired organisation (`retired_at` set) is kept, with its queues, tasks and schedules, all readable:
-its schedulers do not run (the director and the workers leave them out, storage/scheduler_rows.py and
+its schedulers do not run (the director and the workers leave them out, storage/control/scheduler_rows.py and
 scheduler_leases.py), so its schedules do not fire; its queues take no push (as a disabled queue);
 and `settle_retired` leaves it nothing to hand out: its queued tasks are cancelled and its schedulers'
 claims revoked, at retirement and again in every housekeeping round (for a task that came back to
@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 
 from baton.core.catalogue import AUTO_SOURCE, KATALOGUS_SOURCE, RETIRED_TASK_REASON
 from baton.core.model import TaskStatus
-from baton.storage.organisations import ensure_organisation
-from baton.storage.pool_changes import announce_pool_change
-from baton.storage.scheduler_leases import revoke_retired_claims
+from baton.storage.control.organisations import ensure_organisation
+from baton.storage.control.pool_changes import announce_pool_change
+from baton.storage.control.scheduler_leases import revoke_retired_claims
 from baton.storage.tables import IS_QUEUED, IS_RETIRED, Organisation, Scheduler, Task
 
 

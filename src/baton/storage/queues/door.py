@@ -28,13 +28,14 @@ from baton.core.admission import OnDuplicate
 from baton.core.model import TaskStatus
 from baton.core.queueing import PopPlan, PopRequest, PushRequest, PushResult, TaskRow, plan_pop
 from baton.core.receipts import KeyedPop, Settlement, key_expires_at, key_scope
-from baton.storage import push_statements, queues, receipts, statements
 from baton.storage.engine import Store
 from baton.storage.filters import compile_tree
-from baton.storage.links import CONNECTION_WAIT_SECONDS, Link, Rows, link_for
-from baton.storage.popbatch import PopBatcher
-from baton.storage.pops import PopStatement, build_pop
-from baton.storage.push import id_conflict, push_params, push_result
+from baton.storage.queues import operations as queues
+from baton.storage.queues import push_statements, receipts, statements
+from baton.storage.queues.links import CONNECTION_WAIT_SECONDS, Link, Rows, link_for
+from baton.storage.queues.popbatch import PopBatcher
+from baton.storage.queues.pops import PopStatement, build_pop
+from baton.storage.queues.push import id_conflict, push_params, push_result
 
 
 @dataclass(frozen=True)

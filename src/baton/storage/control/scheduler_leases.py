@@ -29,8 +29,8 @@ from sqlalchemy.orm import ORMExecuteState, Session
 
 from baton.core.errors import FencedError
 from baton.storage.clock import db_after, db_now
+from baton.storage.control.leadership import term_is_current
 from baton.storage.engine import insert_for, on_postgresql
-from baton.storage.leadership import term_is_current
 from baton.storage.tables import IS_RETIRED, LeaseHolder, Organisation, Scheduler
 
 CLAIM_SETTING = "baton.claim"

@@ -61,7 +61,7 @@ from baton.core.rescans import OBJECT_REASONS
 
 # Statements are Core (table-level), not ORM: results are plain rows, no identity map to keep in step.
 # Bound parameters end in `_`: a parameter named like a column would also be SET by a Core UPDATE.
-from baton.storage.statements import BOEFJE_RUNS, SCHEDULES, TASKS, Dialect, task_columns
+from baton.storage.queues.statements import BOEFJE_RUNS, SCHEDULES, TASKS, Dialect, task_columns
 from baton.storage.tables import (
     IS_QUEUED,
     QUEUED_WITH_HASH,
@@ -91,7 +91,7 @@ def _queue_row() -> Select[Any]:
             Scheduler.organisation,
             Scheduler.type,
             Scheduler.maxsize,
-            # A retired organisation's queues take no task, as a disabled queue (storage/organisation_sync.py).
+            # A retired organisation's queues take no task, as a disabled queue (storage/control/organisation_sync.py).
             and_(Scheduler.enabled, Organisation.retired_at.is_(None)).label("enabled"),
             Organisation.weight,
             counters.c.queued,
@@ -339,7 +339,7 @@ def insert_task(raw_data: bool = False) -> Any:
     )
 
 
-# -- bulk push (one queue, many tasks: storage/queues.py `push_many`) -------------------------------------
+# -- bulk push (one queue, many tasks: storage/queues/operations.py `push_many`) -------------------------------------
 #
 # The fair tags are computed in Python from what these read (the queue's clock and backlog, the heads of
 # the batch's priorities, the queued twins of its hashes), then one insert and one update write the batch.

@@ -22,8 +22,8 @@ from baton.core.recovery import (
     replaced_status,
     replacement_reason,
 )
-from baton.storage import statements
-from baton.storage.queues import unknown_task
+from baton.storage.queues import statements
+from baton.storage.queues.operations import unknown_task
 from baton.storage.tables import Task
 
 

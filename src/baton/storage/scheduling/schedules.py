@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 from baton.core.errors import ConflictError, NotFoundError
 from baton.core.filters import FilterTree
 from baton.core.model import TaskStatus, utcnow
+from baton.storage.control.organisations import get_organisation
 from baton.storage.filters import SCHEDULES, compile_tree
-from baton.storage.organisations import get_organisation
 from baton.storage.tables import Schedule, Task
 
 

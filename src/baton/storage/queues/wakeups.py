@@ -30,7 +30,7 @@ from baton.core.logging import get_logger
 from baton.storage.engine import Store
 from baton.storage.errors import DATABASE
 
-log = get_logger("baton.storage.wakeups")
+log = get_logger("baton.storage.queues.wakeups")
 
 CHANNEL = "baton_queued"  # migration 0007's triggers notify it
 # How often the listening connection is checked: it is asked something (a connection a silent network

@@ -17,7 +17,7 @@ from sqlalchemy import (
 )
 
 from baton.core.deduplication import KEY
-from baton.storage.push import Executable
+from baton.storage.queues.push import Executable
 from baton.storage.tables import IS_QUEUED, Task
 
 # -- twins (written by the boefje scheduler that made the original) -----------------------------------

@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session
 
 from baton.core.admission import twin_queued
 from baton.core.model import TaskStatus
-from baton.storage.queues import queue_counts
-from baton.storage.scheduler_rows import get_scheduler
-from baton.storage.statements import TASKS
+from baton.storage.control.scheduler_rows import get_scheduler
+from baton.storage.queues.operations import queue_counts
+from baton.storage.queues.statements import TASKS
 from baton.storage.tables import IS_QUEUED, Organisation, Task
 
 

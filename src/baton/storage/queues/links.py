@@ -31,8 +31,8 @@ from sqlalchemy.exc import OperationalError
 from baton.core import deadline
 from baton.storage.engine import Store
 from baton.storage.errors import translated
-from baton.storage.push import as_dict
-from baton.storage.statements import Dialect, dialect_of
+from baton.storage.queues.push import as_dict
+from baton.storage.queues.statements import Dialect, dialect_of
 
 T = TypeVar("T")
 Rows = list[dict[str, Any]]
