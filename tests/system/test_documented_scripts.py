@@ -32,6 +32,8 @@ def run(*command: str, timeout: float = 300) -> subprocess.CompletedProcess[str]
 @pytest.mark.timeout(400)
 def test_fuzz_script_writes_its_report_after_a_passing_run(tmp_path: Path) -> None:
     output = tmp_path / "fuzzing.md"
+    earlier = "| 2026-01-01 00:00 UTC | 0123456789ab | 5 | 300 | 24,000 | 0 | 400 | 214 of 214 tests passed |"
+    output.write_text(f"# Fuzzing\n\n<!-- runs -->\n| date | commit |\n|---|---|\n{earlier}\n<!-- /runs -->\n")
     done = run(
         "bash", "scripts/fuzz.sh", "--examples", "2", "--seed", "7", "--output", str(output), "--",
         "-k", "sqlite and (test_api_conforms_to_its_schema or test_any_filter_shape)",
@@ -41,6 +43,8 @@ def test_fuzz_script_writes_its_report_after_a_passing_run(tmp_path: Path) -> No
     assert "- seed: 7; examples per operation (hypothesis max_examples): 2" in report
     assert "answers with status >= 500: 0" in report
     assert "| `GET /queues` | sqlite |" in report
+    runs = report.split("<!-- runs -->")[1].split("<!-- /runs -->")[0].splitlines()
+    assert runs[3].split(" | ")[2:4] == ["7", "2"] and runs[4] == earlier  # this run first, then the earlier one
 
 
 def test_fuzz_script_that_fails_leaves_its_page_as_it_was(tmp_path: Path) -> None:
