@@ -355,6 +355,9 @@ class Observer(threading.Thread):
                 "at": now,
                 "load_1m": os.getloadavg()[0],
                 "processes": processes,
+                # Not Baton's, beside it: what the OpenKAT stand-ins and this load generator used.
+                "others": self.others(),
+                "outside_calls": self.outside_calls(),
                 "postgres": postgres,
                 "logs": self.logs.read(self.stack.members),
                 "latency": {kind: percentiles(values) for kind, values in latencies.items()},
@@ -363,6 +366,23 @@ class Observer(threading.Thread):
                 "tasks_seen": len(fresh),
             }
         )
+
+    def others(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for name, pid in (("standins", self.stack.standins_pid), ("load", os.getpid())):
+            sample = process_sample(psutil.Process(pid)) if pid is not None and psutil.pid_exists(pid) else None
+            if sample is not None:
+                found[name] = sample
+        return found
+
+    def outside_calls(self) -> int | None:
+        """Calls the stand-ins answered so far, all services and endpoints together."""
+        if self.stack.outside is None:
+            return None
+        try:
+            return sum(sum(calls.values()) for calls in self.stack.outside.calls().values())
+        except Exception:  # the stand-ins are not this run's subject: a missed count is no failure
+            return None
 
     def lateness(self, fresh: Sequence[TaskRow]) -> dict[str, Any]:
         """How late the tasks first seen in this sample were made: after their event was published

@@ -81,6 +81,10 @@ class Stack:
     def database_url(self) -> str:
         return self.postgres.url
 
+    @property
+    def standins_pid(self) -> int | None:
+        return None if self._standins is None else self._standins.pid
+
     # -- the servers ---------------------------------------------------------------------------------
 
     def start_servers(self, spec: dict[str, Any]) -> None:
