@@ -75,8 +75,9 @@ def section_targets(found: list[Verdict], scenarios: dict[str, Any]) -> list[str
         "## Targets",
         "",
         "Computed by `bench/report/` from the measurements below (each a ratio against a baseline of the same "
-        "run, except ingest's absolute rate, a scheduler process's memory and the lease scenarios' times and "
-        "counts, whose thresholds follow from the lease settings of the run).",
+        "run, except ingest's absolute rate, a scheduler process's memory, the lease scenarios' times and "
+        "counts, whose thresholds follow from the lease settings of the run, and the soak run's counts and its "
+        "last window against its first).",
         "",
         *table(["target", "measured", "threshold", "verdict", "issue", "from"], rows, "lrrlll"),
     ]

@@ -91,11 +91,71 @@ def process_rows(result: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def other_rows(result: dict[str, Any]) -> list[list[str]]:
+    """The stand-ins' process and the load generator: not Baton, but on the same two cores."""
+    rows = []
+    for name, label in (("standins", "OpenKAT stand-ins (not Baton)"), ("load", "load generator (not Baton)")):
+        series = [(s["at"], s["others"][name]) for s in result["samples"] if name in s.get("others", {})]
+        if len(series) < 2:
+            continue
+        first, last = series[0][1], series[-1][1]
+        rows.append(
+            [
+                label,
+                f"{first['rss_mib']:.1f} → {last['rss_mib']:.1f}",
+                f"{first['uss_mib']:.1f} → {last['uss_mib']:.1f}",
+                "",
+                "",
+                "",
+                num(cores(series), 2),
+            ]
+        )
+    return rows
+
+
+def load_and_lateness(result: dict[str, Any]) -> str:
+    """How rescan lateness followed the machine's load, minute by minute (after warm-up)."""
+    pairs = [
+        (s["load_1m"], s["lateness"]["rescan"]["p50_ms"] / 1000)
+        for s in result["samples"]
+        if s["at"] >= result["plan"]["warm_up_s"] and s["lateness"]["rescan"]["p50_ms"] is not None
+    ]
+    if len(pairs) < 4:
+        return ""
+    loads = sorted(load for load, _ in pairs)
+    middle = statistics.median(loads)
+    calm = [late for load, late in pairs if load < middle]
+    busy = [late for load, late in pairs if load >= middle]
+    correlation = statistics.correlation([p[0] for p in pairs], [p[1] for p in pairs])
+    every = result["plan"]["sample_every_s"]
+    return (
+        f" rescan lateness followed the machine's load (Pearson r = {correlation:.2f} over the {len(pairs)} samples "
+        f"after warm-up, one every {every:g} s): in the samples with a load average below its median "
+        f"({middle:.1f}) the median lateness was {statistics.median(calm) if calm else float('nan'):.1f} s, in the "
+        f"others {statistics.median(busy) if busy else float('nan'):.1f} s."
+    )
+
+
 def cores(series: list[tuple[float, dict[str, Any]]]) -> float | None:
     """CPU-seconds per second over the process's samples."""
     if len(series) < 2 or series[-1][0] <= series[0][0]:
         return None
     return (series[-1][1]["cpu_s"] - series[0][1]["cpu_s"]) / (series[-1][0] - series[0][0])
+
+
+def baton_cores(result: dict[str, Any]) -> float | None:
+    """Baton's processes and PostgreSQL together: CPU-seconds per second of the run."""
+    samples = result["samples"]
+    if len(samples) < 2:
+        return None
+    used = 0.0
+    names = {name for s in samples for name in s["processes"]}
+    for name in names:
+        series = [(s["at"], s["processes"][name]) for s in samples if name in s["processes"]]
+        if len(series) >= 2:
+            used += series[-1][1]["cpu_s"] - series[0][1]["cpu_s"]
+    span = samples[-1]["at"] - samples[0]["at"]
+    return used / span + (postgres_cores(samples) or 0.0) if span > 0 else None
 
 
 def postgres_cores(samples: list[dict[str, Any]]) -> float | None:
@@ -233,12 +293,15 @@ def section_soak(result: dict[str, Any]) -> list[str]:
         f"After the run, no new events; the runners took what was queued ({result['drain_s']:.0f} s), then the checks:",
         "",
         *table(["check", "verdict", "measured"], _checks(result), "lll"),
+        f"Baton's processes and PostgreSQL used {num(baton_cores(result), 2)} of the machine's 2 cores on average "
+        f"(PostgreSQL {num(postgres, 2)}){';' + load_and_lateness(result) if load_and_lateness(result) else '.'}",
+        "",
         "Every Baton process (memory after warm-up → at the end, MiB; ranges after warm-up; CPU cores used on "
-        f"average over its life). PostgreSQL used {num(postgres, 2)} cores on average.",
+        "average over its life), and beside them the stand-ins and the load generator:",
         "",
         *table(
             ["process", "RSS MiB", "USS MiB", "file descriptors", "sockets", "threads", "cores"],
-            process_rows(result),
+            [*process_rows(result), *other_rows(result)],
             "lrrrrrr",
         ),
         "Latencies the clients saw, p99 in the first and the last window (ms):",
