@@ -258,12 +258,19 @@ def database_sample(conn: psycopg.Connection[Any]) -> dict[str, Any]:
             "dead": dead,
             "autovacuums": vacuums,
         }
+    held: dict[str, dict[str, int]] = {}  # pid of the holder → its schedulers by type
+    for owner, kind, count in conn.execute(
+        "SELECT owner, type, count(*) FROM schedulers WHERE owner IS NOT NULL GROUP BY 1, 2"
+    ).fetchall():
+        pid = str(owner).split("#", 1)[0].rsplit(":", 1)[-1]
+        held.setdefault(pid, {})[str(kind)] = int(count)
     counts = dict(conn.execute("SELECT status, count(*) FROM tasks GROUP BY status").fetchall())
     unconsumed = conn.execute("SELECT count(*) FROM events WHERE consumed_at IS NULL").fetchone()
     return {
         "connections": {str(state): int(n) for state, n in activity.items()},
         "tables": tables,
         "tasks_by_status": {str(status): int(n) for status, n in counts.items()},
+        "schedulers_held": held,
         "events_unconsumed": int(unconsumed[0]) if unconsumed else None,
     }
 
@@ -341,7 +348,7 @@ class Observer(threading.Thread):
         for member in members:
             found = process_sample(psutil.Process(member.pid)) if member.alive else None
             if found is not None:
-                processes[member.name] = {"role": member.role, "slot": member.slot, **found}
+                processes[member.name] = {"role": member.role, "slot": member.slot, "pid": member.pid, **found}
         postgres = self.query(database_sample) or {}
         if self._postmaster is not None:
             try:  # a new server after a restart: its own count (the report takes differences)
