@@ -85,10 +85,23 @@ def process_rows(result: dict[str, Any]) -> list[list[str]]:
                 span("fds"),
                 span("connections"),
                 span("threads"),
+                held(result, name, series),
                 num(cores(series), 2),
             ]
         )
     return rows
+
+
+def held(result: dict[str, Any], name: str, series: list[tuple[float, dict[str, Any]]]) -> str:
+    """The schedulers a worker held at its last sample: boefje / normalizer / report."""
+    pid = series[-1][1].get("pid")
+    if pid is None or not name.startswith("worker"):
+        return ""
+    for sample in reversed(result["samples"]):
+        found = sample.get("postgres", {}).get("schedulers_held", {}).get(str(pid))
+        if found:
+            return " / ".join(str(found.get(kind, 0)) for kind in ("boefje", "normalizer", "report"))
+    return ""
 
 
 def other_rows(result: dict[str, Any]) -> list[list[str]]:
@@ -104,6 +117,7 @@ def other_rows(result: dict[str, Any]) -> list[list[str]]:
                 label,
                 f"{first['rss_mib']:.1f} → {last['rss_mib']:.1f}",
                 f"{first['uss_mib']:.1f} → {last['uss_mib']:.1f}",
+                "",
                 "",
                 "",
                 "",
@@ -226,6 +240,31 @@ def _latencies(result: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def client_errors(result: dict[str, Any]) -> str:
+    """What the clients met, by kind, summed over the run (each retried on the other replica)."""
+    total: dict[str, int] = {}
+    for sample in result["samples"]:
+        for kind, count in sample.get("client_errors", {}).items():
+            total[kind] = total.get(kind, 0) + count
+    said = ", ".join(f"{kind} ({count:,})" for kind, count in sorted(total.items(), key=lambda item: -item[1]))
+    return f"Errors the clients met (each call retried until answered): {said or 'none'}."
+
+
+def event_lateness(result: dict[str, Any]) -> str:
+    plan = result["plan"]
+    windows = {"first": plan["first_window_s"], "last": plan["last_window_s"]}
+    parts = []
+    for label, (start, end) in windows.items():
+        inside = [s["lateness"]["event"] for s in result["samples"] if start <= s["at"] < end]
+        p50 = [x["p50_ms"] for x in inside if x["p50_ms"] is not None]
+        p99 = [x["p99_ms"] for x in inside if x["p99_ms"] is not None]
+        if p50 and p99:
+            parts.append(f"{label} window p50 {statistics.median(p50) / 1000:.2f} s, p99 up to {max(p99) / 1000:.2f} s")
+    if not parts:
+        return ""
+    return "Event to task (a message published to its task made; per sample): " + "; ".join(parts) + "."
+
+
 def _logs(result: dict[str, Any]) -> str:
     per_process: dict[str, list[int]] = {}
     for sample in result["samples"]:
@@ -300,9 +339,18 @@ def section_soak(result: dict[str, Any]) -> list[str]:
         "average over its life), and beside them the stand-ins and the load generator:",
         "",
         *table(
-            ["process", "RSS MiB", "USS MiB", "file descriptors", "sockets", "threads", "cores"],
+            [
+                "process",
+                "RSS MiB",
+                "USS MiB",
+                "file descriptors",
+                "sockets",
+                "threads",
+                "schedulers held (boefje / normalizer / report)",
+                "cores",
+            ],
             [*process_rows(result), *other_rows(result)],
-            "lrrrrrr",
+            "lrrrrrrr",
         ),
         "Latencies the clients saw, p99 in the first and the last window (ms):",
         "",
@@ -310,7 +358,7 @@ def section_soak(result: dict[str, Any]) -> list[str]:
         "Tables (live rows and total size with indexes, mean of each window; most dead tuples seen):",
         "",
         *table(["table", "rows, first → last window", "MiB, first → last window", "most dead tuples"], _tables(result)),
-        _logs(result),
+        " ".join(part for part in (event_lateness(result), client_errors(result), _logs(result)) if part),
         "",
         "![soak: memory, descriptors, latencies, lateness, tables and logs per minute](benchmarks-soak.png)",
         "",
