@@ -1,6 +1,6 @@
 """The load generator: clients in a tight loop for a fixed time, cheap enough to measure Baton, not
 itself. HTTP clients are `http.client` keep-alive connections; SQL clients are psycopg connections in
-autocommit; store clients call Baton's store-level pop (`baton.storage.queues.pop`) on a SQLAlchemy
+autocommit; store clients call Baton's store-level pop (`baton.storage.queues.operations.pop`) on a SQLAlchemy
 connection, as the API's SQLite executor does. Clients run as threads spread over a few processes
 (threads of one process share a GIL).
 
@@ -39,8 +39,9 @@ class Request:
     body: bytes | None = None
     sql: str = ""
     params: dict[str, Any] = field(default_factory=dict)
-    # A body per call (e.g. pushes that must not be deduplicated): `{n}` is replaced by a counter and
-    # `{client}` by a token of this client's own, so that clients in different processes differ too.
+    # A body per call (e.g. pushes that must not be deduplicated): `{n}` is replaced by a counter,
+    # `{client}` by a token of this client's own, so that clients in different processes differ too, and
+    # `{uuid}` by a fresh UUID (every `{uuid}` of one call by the same one).
     templated: bool = False
     # Stop this client at the first answer that moved nothing (a queue ran dry: the rate is then not
     # a rate). False: keep asking, as a job runner polls an empty queue.
@@ -57,6 +58,8 @@ class Rate:
     seconds: float
     latencies_ms: list[float]
     ran_dry: bool
+    # CPU-seconds the server's process tree used over the measurement (a scenario's `with_server_cpu`).
+    server_cpu_s: float | None = None
 
     @property
     def per_second(self) -> float:
@@ -137,7 +140,8 @@ def _http_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
         nonlocal counter
         if request.templated and request.body is not None:
             counter += 1
-            return request.body.replace(b"{n}", str(counter).encode()).replace(b"{client}", token)
+            made = request.body.replace(b"{n}", str(counter).encode()).replace(b"{client}", token)
+            return made.replace(b"{uuid}", str(uuid.uuid4()).encode()) if b"{uuid}" in made else made
         return request.body
 
     calls = 0
@@ -187,8 +191,8 @@ def _store_loop(request: Request, gate: _Gate, out: list[Any]) -> None:
     API's SQLite executor builds the statement once, `queues.pop` per call)."""
     from baton.core.model import utcnow
     from baton.core.queueing import PopTarget
-    from baton.storage import queues
     from baton.storage.engine import Store
+    from baton.storage.queues import operations as queues
 
     store = _shared_store(request.target, Store)
     target = PopTarget(queue=request.params["queue"])

@@ -26,8 +26,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from baton.core.model import utcnow
 from baton.core.queueing import PopTarget
-from baton.storage import queues
 from baton.storage.engine import Store
+from baton.storage.queues import operations as queues
 from baton.storage.urls import libpq_conninfo
 
 STORE = Store(os.environ["BATON_DATABASE_URL"])

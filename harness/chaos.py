@@ -28,10 +28,11 @@ from typing import Any
 import httpx
 import psycopg
 
-from baton.ingest.catalogue import PluginSpec
+from baton.core.recovery import REPLACED_PREFIX
+from baton.ingest.catalogue.plugins_file import PluginSpec
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
-from baton.storage.plugins import seed_plugins
+from baton.storage.scheduling.plugins import seed_plugins
 from baton.storage.urls import libpq_conninfo
 from harness.servers import start_api_replica, stop_processes, wait_ready
 from harness.waiting import free_port
@@ -44,7 +45,7 @@ FAST_ENV = {
     "BATON_HEARTBEAT_TIMEOUT_SECONDS": "10",
     "BATON_POLL_INTERVAL_SECONDS": "0.2",
     # A pop whose answer died with a killed API replica leaves its task `dispatched` with nobody
-    # working on it: recovery puts it back after this long.
+    # working on it: recovery hands it out again (as a new task) after this long.
     "BATON_TASK_TIMEOUT_SECONDS": "5",
     "BATON_TASK_MAX_ATTEMPTS": "5",
     "BATON_LOG_LEVEL": "info",
@@ -271,8 +272,11 @@ def wait_for(condition: Any, timeout: float) -> bool:
 def task_summary(database_url: str) -> dict[str, Any]:
     with psycopg.connect(libpq_conninfo(database_url), autocommit=True) as conn:
         statuses: dict[str, int] = dict(conn.execute("SELECT status, count(*) FROM tasks GROUP BY status").fetchall())
+        # A task recovery handed out again under a new id is one task with its replacement, not two.
         per_object = conn.execute(
-            "SELECT organisation, data->>'input_ooi', count(*) FROM tasks GROUP BY 1, 2"
+            "SELECT organisation, data->>'input_ooi', count(*) FROM tasks"
+            " WHERE NOT coalesce(reason LIKE %s, false) GROUP BY 1, 2",
+            (f"{REPLACED_PREFIX}%",),
         ).fetchall()
         attempts = conn.execute("SELECT coalesce(sum(attempts), 0) FROM tasks").fetchone()
     return {"statuses": statuses, "per_object": per_object, "recovered": int(attempts[0]) if attempts else 0}

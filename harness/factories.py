@@ -10,9 +10,9 @@ from sqlalchemy import insert
 from baton.core.model import SchedulerState, SchedulerType, TaskStatus, scheduler_id_for, utcnow
 from baton.core.queueing import PopTarget, PushRequest, PushResult
 from baton.core.settings import LeaseSettings, Settings, TimingSettings
-from baton.storage import queues
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
+from baton.storage.queues import operations as queues
 from baton.storage.tables import Organisation, Scheduler
 
 

@@ -67,26 +67,7 @@ install_tools() {
 
 debian_mirror() {
   # The mirror apt already uses for bookworm's main archive (deb822 .sources or one-line lists).
-  python3 - <<'PY'
-import glob, re, sys
-found = []
-for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
-    for stanza in re.split(r"\n\s*\n", open(path).read()):
-        fields = dict(re.findall(r"^(\w[\w-]*):\s*(.+)$", stanza, re.M))
-        if "bookworm" in fields.get("Suites", "").split() and fields.get("Types", "deb").split()[0] == "deb":
-            found += fields.get("URIs", "").split()
-for path in ["/etc/apt/sources.list", *sorted(glob.glob("/etc/apt/sources.list.d/*.list"))]:
-    try:
-        lines = open(path).read().splitlines()
-    except OSError:
-        continue
-    for line in lines:
-        parts = line.split("#", 1)[0].split()
-        parts = [p for p in parts if not p.startswith("[")]
-        if len(parts) >= 3 and parts[0] == "deb" and parts[2] == "bookworm":
-            found.append(parts[1])
-print(found[0] if found else "http://deb.debian.org/debian")
-PY
+  python3 scripts/debian_mirror.py bookworm
 }
 
 BASE_BUILT=false

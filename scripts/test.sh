@@ -24,9 +24,38 @@ fi
 if ! command -v pg_autoctl >/dev/null 2>&1; then
   _apt_install pg-auto-failover-cli postgresql-15-auto-failover || echo "no pg_auto_failover: the failover test cannot run" >&2
 fi
+# Baton's Debian package (tests/system/test_debian_package.py) needs Debian's packaging tools; as root,
+# install them when missing. Without them that test is skipped, or fails under CI.
+if ! command -v dh_virtualenv >/dev/null || ! command -v lintian >/dev/null || ! command -v debootstrap >/dev/null; then
+  _apt_install dpkg-dev debhelper dh-virtualenv lintian debootstrap python3-venv \
+    || echo "no Debian packaging tools: the package test cannot run" >&2
+fi
 # Every temporary file of the run lives under the services folder, which goes when we exit.
 export TMPDIR="$BATON_SERVICES_DIR/tmp"
 mkdir -p "$TMPDIR" && chmod 755 "$TMPDIR"
+# When the package test is selected (no test paths given, or paths that hold it), the package is built,
+# and the test's Debian root made when this machine has none cached, in the background while the checks
+# below run; the test waits for the build's status file. Stopped, the whole build with it, if we exit first.
+package_test_selected() {
+  local arg paths=0
+  for arg in "$@"; do
+    case $arg in
+      tests | tests/ | tests/system | tests/system/ | *test_debian_package*) return 0 ;;
+      tests/*) paths=1 ;;
+    esac
+  done
+  [ $paths = 0 ]
+}
+if [ "$(id -u)" = 0 ] && command -v dh_virtualenv >/dev/null && command -v debootstrap >/dev/null \
+  && package_test_selected "$@"; then
+  deb_dir="$TMPDIR/debian-package"
+  mkdir -p "$deb_dir"
+  setsid bash -c 'python3 -c "from harness.debian import base_root; base_root()" >"$1/root.log" 2>&1
+    bash scripts/debian_package.sh --output "$1" >"$1/output.log" 2>&1; echo $? >"$1/status"' _ "$deb_dir" &
+  _baton_cleanups+=("kill -- -$! 2>/dev/null")
+  version=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+  export BATON_TEST_DEBIAN_PACKAGE="$deb_dir/baton_${version}_$(dpkg --print-architecture).deb"
+fi
 ruff check src harness tests bench scripts
 ruff format --check src harness tests bench scripts
 mypy

@@ -13,16 +13,16 @@ import pytest
 
 from baton.core.model import SchedulerSpec, TaskStatus
 from baton.core.settings import Settings
+from baton.ingest.catalogue.lookups import KatalogusCatalogue
 from baton.ingest.events import InProcessSource
-from baton.ingest.katalogus import KatalogusCatalogue, KatalogusLink
-from baton.ingest.outside_services import OutsideServiceRecorder
+from baton.ingest.outside_links import OutsideLinks, OutsideServiceRecorder
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.scheduler import SchedulerContext
 from baton.openkat import KatalogusClient, OctopoesClient
 from baton.openkat.http import RetryPolicy, ServiceClient
+from baton.storage.control.organisations import create_organisation
+from baton.storage.control.scheduler_leases import release_claims
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
-from baton.storage.scheduler_leases import release_claims
 from baton.storage.tables import Task
 from harness.standins import KatalogusStandin, OctopoesStandin, StandinServer
 from tests import queue_api as queue
@@ -51,7 +51,7 @@ class World:
     katalogus_server: StandinServer
     octopoes: OctopoesStandin
     octopoes_server: StandinServer
-    link: KatalogusLink
+    link: OutsideLinks
     clock: Clock = field(default_factory=Clock)
     sources: dict[str, InProcessSource] = field(default_factory=dict)
 
@@ -64,7 +64,7 @@ class World:
             source_factory=lambda spec: self.sources.setdefault(spec.id, InProcessSource()),
             catalogue=KatalogusCatalogue(),
             clock=self.clock,
-            katalogus=self.link,
+            links=self.link,
         )
 
     def scheduler(self, kind: type[Any], org: str = "acme", **settings: Any) -> Any:
@@ -103,7 +103,7 @@ def client(service: str, url: str) -> ServiceClient:
 def world(store: Store) -> Iterator[World]:
     katalogus, octopoes = KatalogusStandin(), OctopoesStandin()
     with StandinServer(katalogus.app) as katalogus_server, StandinServer(octopoes.app) as octopoes_server:
-        link = KatalogusLink(
+        link = OutsideLinks(
             KatalogusClient(client("katalogus", katalogus_server.url)),
             OctopoesClient(client("octopoes", octopoes_server.url)),
             POLL_SECONDS,

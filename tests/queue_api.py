@@ -14,7 +14,9 @@ from sqlalchemy.orm import Session
 from baton.core.errors import InvalidTransitionError, QueueFullError
 from baton.core.model import SchedulerType, TaskStatus, utcnow
 from baton.core.queueing import PopTarget, PushRequest
-from baton.storage import queues, task_pages, tasks
+from baton.storage.queues import operations as queues
+from baton.storage.queues import task_pages
+from baton.storage.queues import task_rows as tasks
 from baton.storage.tables import Task
 
 __all__ = [
@@ -27,7 +29,7 @@ __all__ = [
     "push",
     "queue_size",
 ]
-requeue_stuck = tasks.requeue_stuck
+recover_stuck = tasks.recover_stuck
 get_task = tasks.get_task
 
 

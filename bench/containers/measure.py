@@ -7,11 +7,14 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from baton.core.recovery import REPLACED_PREFIX
 from bench.containers.chaos import Action
 from bench.containers.clients import EventPublisher, Ledger
 from bench.containers.stack import Stack, wait_for
 
 NEXT_ACTION_MARGIN_SECONDS = 2.0
+# A task that recovery handed out again under a new id is one task with its replacement, not two.
+NOT_REPLACED = f"NOT coalesce(reason LIKE '{REPLACED_PREFIX}%', false)"
 
 
 def longest_gap(times: list[float], start: float, end: float) -> float:
@@ -31,8 +34,12 @@ def event_latencies(stack: Stack, ledger: Ledger) -> dict[tuple[str, str], float
 
 
 def summarise(stack: Stack, ledger: Ledger, publisher: EventPublisher, all_completed: bool) -> dict[str, Any]:
-    per_event = stack.query("SELECT organisation, data->>'input_ooi', count(*) FROM tasks GROUP BY 1, 2")
-    by_hash = stack.query("SELECT count(*) FROM (SELECT hash FROM tasks GROUP BY hash HAVING count(*) > 1) AS d")
+    per_event = stack.query(
+        f"SELECT organisation, data->>'input_ooi', count(*) FROM tasks WHERE {NOT_REPLACED} GROUP BY 1, 2"
+    )
+    by_hash = stack.query(
+        f"SELECT count(*) FROM (SELECT hash FROM tasks WHERE {NOT_REPLACED} GROUP BY hash HAVING count(*) > 1) AS d"
+    )
     statuses = dict(stack.query("SELECT status, count(*) FROM tasks GROUP BY status"))
     recovered = stack.query("SELECT coalesce(sum(attempts), 0) FROM tasks")[0][0]
     created = {(org, key) for org, key, _ in per_event}

@@ -22,7 +22,8 @@ BOEFJE_ID = "replica-boefje"
 
 
 # Faster rounds than production so that failover and recovery fit a short run. A pop whose answer is
-# lost with a killed replica leaves its task `dispatched`: recovery re-queues it after the timeout.
+# lost with a killed replica leaves its task `dispatched`: recovery hands it out again (a new task)
+# after the timeout.
 # The heartbeat timeout stays the product's (30 s): a scheduler heartbeats between batches only, and
 # on two shared cores one batch of a backlog can take longer than a shorter timeout.
 FAST_ENV = {

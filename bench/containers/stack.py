@@ -156,7 +156,7 @@ class Stack:
     def heartbeating(self, since: float, host: str | None = None) -> int:
         """Schedulers running whose heartbeat came after `since` (epoch seconds), in `host`'s container
         if given. A scheduler's heartbeat is the later of its row's and its lease holder's last renewal
-        (one `lease_holders` row per process renews every lease it holds: storage/scheduler_leases.py)."""
+        (one `lease_holders` row per process renews every lease it holds: storage/control/scheduler_leases.py)."""
         in_host = "" if host is None else " AND split_part(s.location, ':', 1) = %s"
         rows = self.query(
             "SELECT count(*) FROM schedulers AS s WHERE s.state = 'running' AND greatest(s.heartbeat_at,"

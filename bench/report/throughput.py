@@ -32,7 +32,7 @@ def section_hot_path(result: dict[str, Any]) -> list[str]:
         "",
         f"One queue with {result['queued_at_start']:,} queued tasks; each series runs {result['duration_s']:.0f} s, "
         f"{result['rounds']} rounds interleaved. The baseline (raw SQL) sends Baton's own pop statement "
-        "(`statements.pop_sql()`, compiled from the code with its default parameters) through psycopg in "
+        "(`pops.pop_sql()`, compiled from the code with its default parameters) through psycopg in "
         "autocommit, one connection per client. `baton serve` is one process; `BATON_WORKERS=2` runs two "
         "uvicorn workers on the same two cores; `BATON_GROUP_POPS=false` is one process in which every pop "
         "sends its own statement (the group pop off: what it gains is the difference to `HTTP, 1 process`).",
@@ -169,11 +169,12 @@ def section_sqlite(result: dict[str, Any]) -> list[str]:
         "",
         measured_on(result),
         "",
-        f"A SQLite file with {result['queued_at_start']:,} queued tasks. Baseline: `baton.storage.queues.pop` on a "
-        "SQLAlchemy connection, one transaction per pop, client threads of one process (what the API's SQLite "
-        "executor runs, without HTTP); then `baton serve` on the same file; and, as a reference, the same "
-        "store-level pop behind the smallest ASGI app there is (`bench/minimal_asgi.py`: no routing, "
-        "authentication, request ids, metrics or logging) under the same uvicorn.",
+        f"A SQLite file with {result['queued_at_start']:,} queued tasks. Baseline: "
+        "`baton.storage.queues.operations.pop` on a SQLAlchemy connection, one transaction per pop, client "
+        "threads of one process (what the API's queue door runs on SQLite, without HTTP); then `baton serve` "
+        "on the same file; and, as a reference, the same store-level pop behind the smallest ASGI app there "
+        "is (`bench/minimal_asgi.py`: no routing, authentication, request ids, metrics or logging) under the "
+        "same uvicorn.",
         "",
         *throughput_rows(result, "pops/s", "store-level pop"),
         *minimal_reference_lines(result.get("ratios", {}), "store-level rate", "the pop"),

@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any
 
 from baton.core.model import TaskStatus
-from baton.storage import statements
+from baton.storage.queues import statements
 from bench import taskids
 from bench.loadgen import Rate, Request, measure
 from bench.scenarios.common import (

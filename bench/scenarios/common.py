@@ -23,9 +23,10 @@ import psycopg
 
 from baton.core.fairness import FAIR_UNIT
 from baton.core.queueing import PopShape
-from baton.storage import pops, statements
+from baton.storage.queues import pops, statements
 from baton.storage.urls import libpq_conninfo
 from bench.loadgen import Rate, Request, measure
+from harness.cputime import tree_seconds
 from harness.servers import stop_processes, wait_ready
 from harness.waiting import free_port
 
@@ -272,8 +273,9 @@ def http_pop_many(url: str, scheduler: str, limit: int = 1, stop_when_dry: bool 
 
 
 def summarise(rates: Sequence[Rate]) -> dict[str, Any]:
-    """Several runs of one series: the median rate (and each run's), median latencies."""
-    return {
+    """Several runs of one series: the median rate (and each run's), median latencies, and where the
+    server's CPU was read, its CPU per operation over all runs."""
+    summary = {
         "per_second": statistics.median(rate.per_second for rate in rates),
         "runs": [round(rate.per_second, 1) for rate in rates],
         "operations": sum(rate.operations for rate in rates),
@@ -281,6 +283,23 @@ def summarise(rates: Sequence[Rate]) -> dict[str, Any]:
         "p99_ms": statistics.median(rate.p99_ms for rate in rates),
         "ran_dry": any(rate.ran_dry for rate in rates),
     }
+    cpu = [rate.server_cpu_s for rate in rates]
+    if all(seconds is not None for seconds in cpu) and summary["operations"]:
+        summary["server_cpu_ms_per_op"] = 1000 * sum(cpu) / summary["operations"]  # type: ignore[arg-type]
+    return summary
+
+
+def with_server_cpu(run: Callable[[], Rate], pid: int) -> Callable[[], Rate]:
+    """`run`, recording the CPU-seconds the server process (and its children) used meanwhile: the
+    clients' warm-up call and the gate are inside, a few operations' worth against thousands."""
+
+    def measured() -> Rate:
+        before = tree_seconds(pid)
+        rate = run()
+        rate.server_cpu_s = tree_seconds(pid) - before
+        return rate
+
+    return measured
 
 
 def interleaved(series: dict[str, Callable[[], Rate]], rounds: int) -> dict[str, dict[str, Any]]:

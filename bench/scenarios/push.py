@@ -1,7 +1,10 @@
-"""Pushes through `baton serve` (POST /queues/{id}/push, a distinct hash per task so none is
-deduplicated, an unbounded queue) against a raw INSERT of the same row by as many psycopg clients;
-and, as a reference, the same INSERT behind the smallest ASGI app there is (bench/minimal_asgi.py's
-`push_app`, same uvicorn, the same request body): how far any Python HTTP server gets here."""
+"""Pushes through `baton serve` against a raw INSERT of the same rows by as many psycopg clients, in both
+dialects: Baton's (`POST /queues/{id}/push`, a distinct hash per task so none is deduplicated, an
+unbounded queue) and OpenKAT's as its web UI and runners send them (`POST /schedulers/{type}/push`,
+mula's body: a boefje job, whose task is written with its rescan schedule and run, and a normalizer
+job). Each HTTP series reads the server's CPU per push. As a reference, the same INSERT behind the
+smallest ASGI app there is (bench/minimal_asgi.py's `push_app`, same uvicorn, the same request body):
+how far any Python HTTP server gets here."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from bench.scenarios.common import (
     ratios_by_clients,
     rows_against,
     serve,
+    with_server_cpu,
 )
 
 CLIENTS = (1, 8)
@@ -31,22 +35,58 @@ INSERT_SQL = (
     " created_at, modified_at) VALUES (gen_random_uuid(), %(queue)s, %(org)s, 'boefje', %(priority)s, 'queued',"
     " md5(random()::text || clock_timestamp()::text), %(data)s::jsonb, 0, 0, now(), now())"
 )
+# What OpenKAT's boefje push writes, as plain SQL in one statement: the task, its schedule (linked) and
+# the boefje's run on its object.
+SCHEDULED_INSERT_SQL = (
+    "WITH made AS (SELECT md5(random()::text || clock_timestamp()::text) AS h),"
+    " schedule AS (INSERT INTO schedules (id, scheduler_id, organisation, hash, data, enabled, schedule,"
+    " deadline_at, last_run_at, created_at, modified_at) SELECT gen_random_uuid(), 'boefje', %(org)s, made.h,"
+    " %(data)s::jsonb, true, NULL, now() + interval '1 day', now(), now(), now() FROM made RETURNING id, hash),"
+    " run AS (INSERT INTO boefje_runs (organisation, boefje_id, object_key, queued_at)"
+    " SELECT %(org)s, 'dns-records', made.h, now() FROM made)"
+    " INSERT INTO tasks (id, scheduler_id, schedule_id, organisation, type, priority, status, hash, data, fair_key,"
+    " attempts, created_at, modified_at) SELECT gen_random_uuid(), %(queue)s, schedule.id::text, %(org)s, 'boefje',"
+    " %(priority)s, 'queued', schedule.hash, %(data)s::jsonb, 0, 0, now(), now() FROM schedule"
+)
 
 
 # The minimal app's: the request's own hash, and the new id answered.
 MINIMAL_INSERT_SQL = INSERT_SQL.replace("md5(random()::text || clock_timestamp()::text)", "%(hash)s") + " RETURNING id"
 MINIMAL = "minimal ASGI app, same INSERT"
+OPENKAT_BOEFJE = "OpenKAT boefje push"
+OPENKAT_NORMALIZER = "OpenKAT normalizer push"
+# mula's body as rocky sends a manual boefje run (TaskPush): the task's id is the job's id.
+BOEFJE_BODY = (
+    f'{{"id": "{{uuid}}", "scheduler_id": "boefje", "organisation": "{ORG}", "priority": 1, "data": {{"id": "{{uuid}}",'
+    f' "boefje": {{"id": "dns-records", "name": "DNS records", "version": null}},'
+    f' "input_ooi": "Hostname|internet|{{client}}-{{n}}.example.com", "organization": "{ORG}"}}}}'
+)
+# A normalizer task as OpenKAT's runners push one back (a raw file of a boefje run to parse).
+NORMALIZER_BODY = (
+    f'{{"id": "{{uuid}}", "scheduler_id": "normalizer", "organisation": "{ORG}", "priority": 5, "data": {{'
+    f'"id": "{{uuid}}", "normalizer": {{"id": "kat_dns_normalize", "version": null}}, "raw_data": {{"id": "{{uuid}}",'
+    f' "boefje_meta": {{"id": "{{uuid}}", "boefje": {{"id": "dns-records", "version": null}},'
+    f' "input_ooi": "Hostname|internet|{{client}}-{{n}}.example.com", "arguments": {{}}, "organization": "{ORG}",'
+    f' "started_at": "2026-01-01T00:00:00Z", "ended_at": "2026-01-01T00:00:01Z"}},'
+    f' "mime_types": [{{"value": "boefje/dns-records"}}, {{"value": "openkat/dns"}}]}}}}}}'
+)
 
 
-def raw_insert(ctx: Context) -> Request:
+def raw_insert(ctx: Context, sql: str = INSERT_SQL) -> Request:
     params = {"queue": QUEUE, "org": ORG, "priority": PRIORITY, "data": TASK_DATA_JSON}
-    return Request(kind="sql", target=ctx.libpq, counting="rows", sql=INSERT_SQL, params=params)
+    return Request(kind="sql", target=ctx.libpq, counting="rows", sql=sql, params=params)
 
 
 def http_push(url: str) -> Request:
     body = f'{{"priority": {PRIORITY}, "hash": "{{client}}-{{n}}", "data": {TASK_DATA_JSON}}}'
     return Request(
         kind="http", target=url, counting="created", path=f"/queues/{QUEUE}/push", body=body.encode(), templated=True
+    )
+
+
+def openkat_push(url: str, kind: str, body: str) -> Request:
+    return Request(
+        kind="http", target=url, counting="created", path=f"/schedulers/{kind}/push", body=body.encode(), templated=True
     )
 
 
@@ -57,10 +97,18 @@ def run(ctx: Context) -> dict[str, Any]:
         serve(ctx.database_url, log_dir=ctx.work_dir) as server,
         minimal_app(ctx.database_url, ctx.work_dir, "push_app", minimal_env) as minimal,
     ):
+        pid = server.process.pid
         series = {}
         for count in CLIENTS:
             series[f"raw INSERT|{count}"] = clients(raw_insert(ctx), count, ctx.duration)
-            series[f"HTTP push|{count}"] = clients(http_push(server.url), count, ctx.duration)
+            series[f"raw INSERT with schedule|{count}"] = clients(
+                raw_insert(ctx, SCHEDULED_INSERT_SQL), count, ctx.duration
+            )
+            series[f"HTTP push|{count}"] = with_server_cpu(clients(http_push(server.url), count, ctx.duration), pid)
+            boefje = openkat_push(server.url, "boefje", BOEFJE_BODY)
+            series[f"{OPENKAT_BOEFJE}|{count}"] = with_server_cpu(clients(boefje, count, ctx.duration), pid)
+            normalizer = openkat_push(server.url, "normalizer", NORMALIZER_BODY)
+            series[f"{OPENKAT_NORMALIZER}|{count}"] = with_server_cpu(clients(normalizer, count, ctx.duration), pid)
             series[f"{MINIMAL}|{count}"] = clients(http_push(minimal), count, ctx.duration)
         measured = interleaved(series, ctx.rounds)
     return {
@@ -69,5 +117,12 @@ def run(ctx: Context) -> dict[str, Any]:
         "series": rows_against(measured, "raw INSERT"),
         "ratios": ratios_by_clients(measured, "push", "HTTP push", "raw INSERT", CLIENTS)
         | ratios_by_clients(measured, "minimal", MINIMAL, "raw INSERT", CLIENTS)
-        | ratios_by_clients(measured, "baton_to_minimal", "HTTP push", MINIMAL, CLIENTS),
+        | ratios_by_clients(measured, "baton_to_minimal", "HTTP push", MINIMAL, CLIENTS)
+        | ratios_by_clients(measured, "openkat_boefje", OPENKAT_BOEFJE, "raw INSERT with schedule", CLIENTS)
+        | ratios_by_clients(measured, "openkat_normalizer", OPENKAT_NORMALIZER, "raw INSERT", CLIENTS),
+        "server_cpu_ms_per_push": {
+            name: summary["server_cpu_ms_per_op"]
+            for name, summary in measured.items()
+            if "server_cpu_ms_per_op" in summary
+        },
     }

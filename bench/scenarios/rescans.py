@@ -32,13 +32,14 @@ from baton.core.jobs import boefje_job, job_document, job_hash
 from baton.core.logging import configure_logging
 from baton.core.model import SchedulerSpec, SchedulerType, utcnow
 from baton.core.settings import OpenKatSettings, Settings
-from baton.ingest.katalogus import KatalogusCatalogue, KatalogusLink
+from baton.ingest.catalogue.lookups import KatalogusCatalogue
+from baton.ingest.outside_links import OutsideLinks
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.scheduler import SchedulerContext
 from baton.openkat import KatalogusClient, OctopoesClient
 from baton.openkat.http import ServiceClient
-from baton.storage.catalogue_sync import apply_plugin_listing
 from baton.storage.engine import Store
+from baton.storage.scheduling.catalogue_sync import apply_plugin_listing
 from bench.scenarios.common import Context, add_organisations, connect, fresh_database, percentile, ratio
 
 BOEFJE = "dns-records"
@@ -142,9 +143,9 @@ def raw_insert_rate(ctx: Context, count: int) -> float:
     return count / seconds
 
 
-def run_schedulers(store: Store, settings: Settings, link: KatalogusLink, organisations: int) -> float:
+def run_schedulers(store: Store, settings: Settings, link: OutsideLinks, organisations: int) -> float:
     """Every organisation's boefje scheduler ticked until idle, shared by THREADS threads; seconds it took."""
-    context = SchedulerContext(store, settings, "bench", "here", catalogue=KatalogusCatalogue(), katalogus=link)
+    context = SchedulerContext(store, settings, "bench", "here", catalogue=KatalogusCatalogue(), links=link)
     schedulers = [
         BoefjeScheduler(SchedulerSpec(organisation(org), SchedulerType.BOEFJE), context) for org in range(organisations)
     ]
@@ -190,7 +191,7 @@ def run(ctx: Context) -> dict[str, Any]:
         raw_before = raw_insert_rate(ctx, ctx.size(10_000, 1_000))
         openkat = OpenKatSettings(katalogus_url=katalogus_url, octopoes_url=octopoes_url)
         settings = Settings(database_url=ctx.database_url, openkat=openkat)
-        link = KatalogusLink(
+        link = OutsideLinks(
             KatalogusClient(ServiceClient("katalogus", katalogus_url, timeout=10.0)),
             OctopoesClient(ServiceClient("octopoes", octopoes_url, timeout=10.0)),
             openkat.katalogus_poll_seconds,

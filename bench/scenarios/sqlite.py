@@ -1,5 +1,5 @@
 """The embedded default: HTTP pops through `baton serve` on a SQLite file against the store-level pop
-(`baton.storage.queues.pop` on a SQLAlchemy connection, client threads in one process, the same
+(`baton.storage.queues.operations.pop` on a SQLAlchemy connection, client threads in one process, the same
 file), at 1 and 8 clients; and, as a reference, the same store-level pop behind the smallest ASGI
 app there is (bench/minimal_asgi.py, same uvicorn): how far any Python HTTP server gets here.
 SQLite serialises writers, so this is about the cost of the HTTP layer."""
@@ -14,8 +14,8 @@ from sqlalchemy import insert
 from baton.core.model import utcnow
 from baton.core.settings import Settings
 from baton.runtime import prepare_store
-from baton.storage.organisations import create_organisation
-from baton.storage.statements import TASKS
+from baton.storage.control.organisations import create_organisation
+from baton.storage.queues.statements import TASKS
 from bench.loadgen import Request
 from bench.scenarios.common import (
     ORG,

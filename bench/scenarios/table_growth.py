@@ -13,7 +13,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from baton.core.model import utcnow
-from baton.storage.retention import delete_finished
+from baton.storage.queues.retention import delete_finished
 from bench.scenarios.common import Context, add_organisations, connect, fresh_database, wal_position
 from harness.cputime import tree_seconds
 

@@ -59,6 +59,7 @@ class BytesStandin(Standin):
         self.password = password
         self.tokens: set[str] = set()
         self.runs: dict[str, list[dict[str, Any]]] = {}  # organisation -> its runs, oldest start first
+        self.asked: list[dict[str, Any]] = []  # the query of every GET /bytes/boefje_meta, in order
         self._ids: set[str] = set()
         self._routes()
 
@@ -167,6 +168,9 @@ class BytesStandin(Standin):
             descending: bool = True,
         ) -> list[dict[str, Any]]:
             with self.lock:
+                self.asked.append(
+                    {"organization": organization, "boefje_id": boefje_id, "input_ooi": input_ooi, "limit": limit}
+                )
                 in_order = reversed(self.runs.get(organization, [])) if descending else self.runs.get(organization, [])
                 runs = (
                     run

@@ -20,7 +20,7 @@ from baton.core.identity import process_location
 from baton.core.logging import get_logger
 from baton.core.model import RunnerKind, SchedulerSpec, SchedulerType
 from baton.core.settings import Settings
-from baton.ingest.catalogue import seed_catalogue
+from baton.ingest.catalogue.plugins_file import seed_catalogue
 from baton.ingest.events import CompositeSource, DatabaseInbox, EventSource
 from baton.storage.engine import (
     Store,
@@ -97,10 +97,11 @@ def scheduler_context(store: Store, settings: Settings, runner: str, broker_wait
         location=process_location(),
         source_factory=source_factory(settings, broker_wait_seconds),
     )
-    if settings.openkat.katalogus_url:  # KATalogus is the catalogue (ingest/katalogus.py)
-        from baton.ingest.katalogus import KatalogusCatalogue, katalogus_link
+    if settings.openkat.katalogus_url:  # KATalogus is the catalogue (ingest/outside_links.py)
+        from baton.ingest.catalogue.lookups import KatalogusCatalogue
+        from baton.ingest.outside_links import outside_links
 
-        context.katalogus = katalogus_link(store, settings)
+        context.links = outside_links(store, settings)
         context.catalogue = KatalogusCatalogue()
     return context
 
@@ -153,7 +154,7 @@ def amqp_services(store: Store, settings: Settings) -> list[Service]:
     schedulers' inboxes."""
     if not settings.amqp.enabled:
         return []
-    from baton.control.organisations import OrganisationWatcher, organisation_applier
+    from baton.control.organisations_from_rabbitmq import OrganisationWatcher, organisation_applier
     from baton.ingest.rabbitmq import OpenKatEventRouter
 
     return [
@@ -166,7 +167,7 @@ def katalogus_services(store: Store, settings: Settings) -> list[Service]:
     """With KATalogus configured: its organisations, read by whichever process holds the `katalogus` lease."""
     if not settings.openkat.katalogus_url:
         return []
-    from baton.control.katalogus import katalogus_services as services
+    from baton.control.organisations_from_katalogus import katalogus_services as services
 
     return list(services(store, settings))
 

@@ -17,9 +17,10 @@ from baton.core.admission import Admission, OnDuplicate, admit
 from baton.core.errors import BatonError
 from baton.core.model import utcnow
 from baton.core.queueing import PushRequest, PushResult
-from baton.storage import push_statements, queues
 from baton.storage.engine import Store
-from baton.storage.push import push_params
+from baton.storage.queues import operations as queues
+from baton.storage.queues import push_statements
+from baton.storage.queues.push import push_params
 from baton.storage.tables import Scheduler
 from harness.factories import add_organisation, push
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -92,13 +94,84 @@ def test_text_no_database_can_store_is_refused_by_name(
     assert field in response.json()["message"]
 
 
+# Year 0 and year 10000 in UTC: binding either overflowed Python's datetime (a 500 on PostgreSQL, issue #44).
+BEFORE_YEAR_1 = "0001-01-01T00:00:00+00:01"
+AFTER_YEAR_9999 = "9999-12-31T23:59:59-00:01"
+
+
+def report_schedule(recipe: str = "weekly", **when: str) -> dict[str, Any]:
+    data = {"type": "report", "organisation_id": "acme", "report_recipe_id": recipe}
+    return {"scheduler_id": "report", "organisation": "acme", "data": data, **when}
+
+
+@pytest.mark.parametrize(
+    ("request_args", "field"),
+    [
+        # The request of issue #44, as the deep fuzz sent it.
+        (
+            {
+                "method": "GET",
+                "url": "/schedules?limit=413&max_created_at=2000-01-01&max_deadline_at=2000-01-01"
+                "&min_created_at=2000-01-01&min_deadline_at=0001-01-01T00%3A00%3A00%2B00%3A01",
+            },
+            "min_deadline_at",
+        ),
+        ({"method": "GET", "url": "/schedules", "params": {"max_created_at": AFTER_YEAR_9999}}, "max_created_at"),
+        ({"method": "GET", "url": "/schedules", "params": {"min_deadline_at": "0001-01-01"}}, "min_deadline_at"),
+        ({"method": "GET", "url": "/tasks", "params": {"min_created_at": BEFORE_YEAR_1}}, "min_created_at"),
+        ({"method": "POST", "url": "/tasks", "params": {"max_created_at": AFTER_YEAR_9999}}, "max_created_at"),
+        (
+            {
+                "method": "POST",
+                "url": "/tasks",
+                "json": {"filters": [{"column": "created_at", "value": BEFORE_YEAR_1}]},
+            },
+            "filters[0].value",
+        ),
+        (
+            {
+                "method": "POST",
+                "url": "/schedules/search",
+                "json": {"filters": {"or": [{"column": "modified_at", "operator": "<", "value": AFTER_YEAR_9999}]}},
+            },
+            "filters.or[0].value",
+        ),
+        ({"method": "POST", "url": "/schedules", "json": report_schedule(deadline_at=BEFORE_YEAR_1)}, "deadline_at"),
+        (
+            {"method": "PATCH", "url": f"/schedules/{uuid.uuid4()}", "json": {"deadline_at": AFTER_YEAR_9999}},
+            "deadline_at",
+        ),
+    ],
+)
+def test_moments_out_of_range_are_refused_by_name(acme: TestClient, request_args: dict[str, Any], field: str) -> None:
+    response = acme.request(**request_args)
+    assert response.status_code == 422, response.text
+    message = response.json()["message"]
+    assert message.startswith(field) and "out of range: a moment between 0001-01-02 and 9999-12-30 (UTC)" in message
+
+
+def test_the_first_and_last_moments_in_range_are_stored_and_read_back(acme: TestClient) -> None:
+    earliest, latest = "0001-01-02T00:00:00+00:00", "9999-12-30T23:59:59.999999+00:00"
+    created = [
+        acme.post("/schedules", json=report_schedule(moment, deadline_at=moment)) for moment in (earliest, latest)
+    ]
+    assert [response.status_code for response in created] == [201, 201], [response.text for response in created]
+    for response, moment in zip(created, (earliest, latest), strict=True):
+        read = acme.get(f"/schedules/{response.json()['id']}").json()
+        assert datetime.fromisoformat(read["deadline_at"]) == datetime.fromisoformat(moment)
+    listed = acme.get("/schedules", params={"min_deadline_at": earliest, "max_deadline_at": latest})
+    assert listed.status_code == 200 and listed.json()["count"] == 2
+    tasks = acme.get("/tasks", params={"min_created_at": "0001-01-02", "max_created_at": "9999-12-30"})
+    assert tasks.status_code == 200
+
+
 def test_oversized_numbers_are_refused_not_overflowed(acme: TestClient) -> None:
     assert acme.get("/tasks", params={"offset": 2**63}).status_code == 422
     assert acme.post("/queues/boefje-acme/push", json={"priority": 2**40, "data": {}}).status_code == 422
 
 
 def test_a_server_fault_is_a_json_500_with_the_request_id(acme: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    from baton.storage import task_pages
+    from baton.storage.queues import task_pages
 
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("a genuine bug")

@@ -10,9 +10,9 @@ from typing import Any
 
 from baton.core.model import utcnow
 from baton.core.queueing import PopRequest, PopTarget
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
-from baton.storage.queue_door import QueueDoor
+from baton.storage.queues.door import QueueDoor
 from baton.storage.tables import Task
 from tests import queue_api as queue
 
@@ -111,7 +111,7 @@ def popped_ids(results: list[list[dict[str, Any]]]) -> list[str]:
 
 
 def test_concurrent_pops_of_one_api_process_share_statements_and_hand_each_task_out_once(pg_store: Store) -> None:
-    """The group pop (storage/popbatch.py) on PostgreSQL: 300 pops at once, two API processes' queue
+    """The group pop (storage/queues/popbatch.py) on PostgreSQL: 300 pops at once, two API processes' queue
     doors side by side, 200 tasks: every task goes to exactly one pop, in hand-out order per door, and
     each door sent far fewer statements than it served pops."""
     expected = fill_queue(pg_store, 200)

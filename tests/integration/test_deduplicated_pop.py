@@ -14,12 +14,12 @@ from fastapi.testclient import TestClient
 
 from baton.core.model import utcnow
 from baton.core.queueing import PopRequest, PopTarget, PushRequest
-from baton.storage import queues
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
-from baton.storage.pops import together_statement
-from baton.storage.queue_door import QueueDoor
-from baton.storage.statements import dialect_of
+from baton.storage.queues import operations as queues
+from baton.storage.queues.door import QueueDoor
+from baton.storage.queues.pops import together_statement
+from baton.storage.queues.statements import dialect_of
 
 ORGS = ("acme", "beta", "gamma", "delta")
 
@@ -201,7 +201,7 @@ def seed(store: Store, rows: list[tuple[str, str, int, uuid.UUID | None]]) -> se
 
 def test_a_group_is_found_through_its_index(store: Store) -> None:
     """The pop's group uses `ix_tasks_queued_dedup_key` (migration 0013 indexes the very expression
-    storage/deduplication.py queries): a group is an index lookup, not a walk through the queue. Beside
+    storage/queues/twins.py queries): a group is an index lookup, not a walk through the queue. Beside
     3,000 keyless queued tasks."""
     with store.session() as session:
         create_organisation(session, "acme", "acme", maxsize=0)

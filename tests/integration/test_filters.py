@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from baton.core.errors import FilterError
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
 from baton.storage.filters import compile_filters
-from baton.storage.organisations import create_organisation
 from tests import queue_api as queue
 
 TASKS: list[dict[str, Any]] = [

@@ -17,16 +17,17 @@ from baton.core.errors import ConflictError, FencedError, NotFoundError, QueueDi
 from baton.core.model import SchedulerSpec, TaskStatus
 from baton.core.queueing import PopTarget, PushRequest
 from baton.core.settings import Settings
-from baton.ingest.catalogue import PluginSpec
+from baton.ingest.catalogue.plugins_file import PluginSpec
 from baton.ingest.event_driven import EventDrivenScheduler
 from baton.ingest.events import InProcessSource
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.planners.normalizer import NormalizerScheduler
 from baton.ingest.scheduler import SchedulerContext
-from baton.storage import batch_push, queues
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
-from baton.storage.plugins import seed_plugins
+from baton.storage.queues import batch_push
+from baton.storage.queues import operations as queues
+from baton.storage.scheduling.plugins import seed_plugins
 from baton.storage.tables import QueueCounter, Scheduler, Task
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)

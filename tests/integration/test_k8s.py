@@ -12,8 +12,8 @@ from baton.control.director import Director
 from baton.control.kubernetes import DNS_LABEL, SELECTOR, KubernetesRunner, LeaseElector, pod_name
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType
 from baton.core.settings import Settings
+from baton.storage.control.organisations import create_organisation, delete_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation, delete_organisation
 from tests.fake_kube import FakeKubernetes
 
 NAMESPACE = "baton"

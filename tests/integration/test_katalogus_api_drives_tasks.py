@@ -13,21 +13,21 @@ from typing import Any
 import httpx
 import pytest
 
-from baton.control.katalogus import KATALOGUS_LOCK_KEY, KATALOGUS_ROLE, KatalogusOrganisationSync
 from baton.control.leadership import DatabaseLeaseLeader
+from baton.control.organisations_from_katalogus import KATALOGUS_LOCK_KEY, KATALOGUS_ROLE, KatalogusOrganisationSync
 from baton.core.catalogue import KATALOGUS_SOURCE
 from baton.core.model import SchedulerSpec
 from baton.core.settings import Settings
+from baton.ingest.catalogue.lookups import KatalogusCatalogue
 from baton.ingest.events import InProcessSource
-from baton.ingest.katalogus import KatalogusCatalogue, KatalogusLink
-from baton.ingest.outside_services import OutsideServiceRecorder
+from baton.ingest.outside_links import OutsideLinks, OutsideServiceRecorder
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.scheduler import SchedulerContext
 from baton.openkat import KatalogusClient, OctopoesClient
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
 from harness.standins import OctopoesStandin, StandinServer
-from tests.integration.test_katalogus_organisations import LEASES, Ticker, organisations
+from tests.integration.test_katalogus_organisations import LEASES, Ticker, organisations, retired
 from tests.integration.test_openkat_clients import katalogus_url
 from tests.katalogus_world import POLL_SECONDS, Clock, client, octopoes_mutation, queued, run_until_idle
 
@@ -44,7 +44,7 @@ class Estate:
 
     store: Store
     api: httpx.Client
-    link: KatalogusLink
+    link: OutsideLinks
     octopoes: OctopoesStandin
     suffix: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     clock: Clock = field(default_factory=Clock)
@@ -73,7 +73,7 @@ class Estate:
             source_factory=lambda spec: self.sources.setdefault(spec.id, InProcessSource()),
             catalogue=KatalogusCatalogue(),
             clock=self.clock,
-            katalogus=self.link,
+            links=self.link,
         )
         scheduler = BoefjeScheduler(SchedulerSpec(org, BoefjeScheduler.type), context)
         scheduler.setup()
@@ -101,7 +101,7 @@ def estate(store: Store, katalogus_url: str) -> Iterator[Estate]:
         httpx.Client(base_url=katalogus_url, timeout=10) as api,
         StandinServer(octopoes.app) as octopoes_server,
     ):
-        link = KatalogusLink(
+        link = OutsideLinks(
             KatalogusClient(client("katalogus", katalogus_url)),
             OctopoesClient(client("octopoes", octopoes_server.url)),
             POLL_SECONDS,
@@ -203,7 +203,7 @@ def test_settings_put_through_katalogus_api_decide_the_duplicates_baton_reads(es
 
 
 def test_organisations_made_and_deleted_through_katalogus_api_come_and_go_in_baton(estate: Estate) -> None:
-    """(An empty listing removes nothing: `stays` keeps KATalogus' listing non-empty.)"""
+    """(An empty listing retires nothing: `stays` keeps KATalogus' listing non-empty.)"""
     org, stays = f"baton-listed-{estate.suffix}", f"baton-stays-{estate.suffix}"
     settings = Settings(database_url=estate.store.url, katalogus_poll_seconds=60, queue_maxsize=10)
     leader = DatabaseLeaseLeader(estate.store, "a:1", LEASES, role=KATALOGUS_ROLE, liveness_key=KATALOGUS_LOCK_KEY)
@@ -222,7 +222,8 @@ def test_organisations_made_and_deleted_through_katalogus_api_come_and_go_in_bat
         assert estate.api.delete(f"/v1/organisations/{org}").status_code == 200
         ticker.now += 60
         round_ = sync.step()
-        assert round_ is not None and org in round_.removed
+        assert round_ is not None and org in round_.retired  # kept, with its history; no longer scheduled
         assert org not in organisations(estate.store) and stays in organisations(estate.store)
+        assert org in retired(estate.store)
     finally:
         sync.leader.release()

@@ -9,10 +9,10 @@ import uuid
 from typing import Any
 
 from baton.core.model import SchedulerType
-from baton.ingest.catalogue import seed_catalogue
+from baton.ingest.catalogue.plugins_file import seed_catalogue
 from baton.ingest.planners.normalizer import NormalizerScheduler
-from baton.storage.catalogue_sync import plugin_enabled_for
 from baton.storage.engine import Store
+from baton.storage.scheduling.catalogue_sync import plugin_enabled_for
 from baton.storage.tables import Plugin
 from tests.katalogus_world import (
     PLUGINS_CALL,
@@ -171,7 +171,7 @@ def test_without_katalogus_the_builtin_catalogue_still_plans(store: Store) -> No
     from baton.ingest.events import InProcessSource
     from baton.ingest.planners.boefje import BoefjeScheduler
     from baton.ingest.scheduler import SchedulerContext
-    from baton.storage.organisations import create_organisation
+    from baton.storage.control.organisations import create_organisation
 
     with store.session() as session:
         create_organisation(session, "acme", "Acme", maxsize=10)

@@ -1,7 +1,8 @@
 """Organisations from KATalogus, over real HTTP against the stand-in, on both backends: one KATalogus
-creates gets its organisation and schedulers within a poll, one it removes goes, and only ever those it
-created; an outage or an empty listing removes nothing; only the holder of the `katalogus` lease reads
-and writes, and a listing read by a holder that lost the lease meanwhile is not applied."""
+creates gets its organisation and schedulers within a poll, one it removes is retired (kept, not
+scheduled; test_retired_organisations.py), and only ever those it created; an outage or an empty listing
+retires nothing; only the holder of the `katalogus` lease reads and writes, and a listing read by a
+holder that lost the lease meanwhile is not applied."""
 
 from __future__ import annotations
 
@@ -13,15 +14,15 @@ import pytest
 from sqlalchemy import select, text
 from structlog.testing import capture_logs
 
-from baton.control.katalogus import KATALOGUS_LOCK_KEY, KATALOGUS_ROLE, KatalogusOrganisationSync
 from baton.control.leadership import DatabaseLeaseLeader
+from baton.control.organisations_from_katalogus import KATALOGUS_LOCK_KEY, KATALOGUS_ROLE, KatalogusOrganisationSync
 from baton.core.catalogue import AUTO_SOURCE, KATALOGUS_SOURCE
 from baton.core.settings import LeaseSettings, Settings
-from baton.ingest.outside_services import OutsideServiceRecorder
+from baton.ingest.outside_links import OutsideServiceRecorder
 from baton.openkat import KatalogusClient
+from baton.storage.control.organisations import adopt_organisation, create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import adopt_organisation, create_organisation
-from baton.storage.outside_services import outside_services
+from baton.storage.scheduling.service_states import outside_services
 from baton.storage.tables import Organisation, Scheduler, Task
 from harness.standins import KatalogusStandin, StandinServer
 from harness.waiting import wait_until
@@ -57,11 +58,18 @@ def make_sync(store: Store, server: StandinServer, holder: str, ticker: Ticker) 
 
 
 def organisations(store: Store) -> dict[str, tuple[str | None, int]]:
-    """id -> (source, how many queues)."""
+    """The active organisations: id -> (source, how many queues)."""
     with store.session() as session:
-        rows = session.execute(select(Organisation.id, Organisation.source)).all()
+        rows = session.execute(
+            select(Organisation.id, Organisation.source).where(Organisation.retired_at.is_(None))
+        ).all()
         queues = session.scalars(select(Scheduler.organisation)).all()
     return {org_id: (source, list(queues).count(org_id)) for org_id, source in rows}
+
+
+def retired(store: Store) -> set[str]:
+    with store.session() as session:
+        return set(session.scalars(select(Organisation.id).where(Organisation.retired_at.is_not(None))))
 
 
 def test_katalogus_organisations_come_and_go_and_baton_ones_stay(
@@ -90,8 +98,9 @@ def test_katalogus_organisations_come_and_go_and_baton_ones_stay(
         assert sync.step() is None  # within the poll: no call
         ticker.now += 60
         round_ = sync.step()
-        assert round_ is not None and (round_.added, round_.removed) == (["gamma"], ["beta"])
+        assert round_ is not None and (round_.added, round_.retired) == (["gamma"], ["beta"])
         assert sorted(organisations(store)) == ["acme", "gamma", "in-both", "made-in-baton"]
+        assert retired(store) == {"beta"}
         assert standin.calls[ORGANISATIONS_CALL] == 2
     finally:
         sync.leader.release()
@@ -117,7 +126,8 @@ def test_an_organisation_made_because_a_message_named_it_becomes_katalogus_once_
         standin.remove_organisation("named")
         ticker.now += 60
         round_ = sync.step()
-        assert round_ is not None and round_.removed == ["named"]
+        assert round_ is not None and round_.retired == ["named"]
+        assert retired(store) == {"named"}
         assert organisations(store) == {
             "named-elsewhere": (AUTO_SOURCE, 3),
             "made-here": (None, 3),
@@ -128,7 +138,7 @@ def test_an_organisation_made_because_a_message_named_it_becomes_katalogus_once_
 
 
 @pytest.mark.parametrize("outage", ["refused", "500", "empty"])
-def test_an_outage_or_an_empty_listing_removes_nothing(
+def test_an_outage_or_an_empty_listing_retires_nothing(
     store: Store, katalogus: tuple[KatalogusStandin, StandinServer], outage: str
 ) -> None:
     standin, server = katalogus
@@ -151,7 +161,7 @@ def test_an_outage_or_an_empty_listing_removes_nothing(
         assert list(organisations(store)) == ["acme"]
         lines = [(line["log_level"], line["event"]) for line in logs if line["log_level"] != "debug"]
         if outage == "empty":
-            assert lines == [("warning", "KATalogus lists no organisation; removing none")]
+            assert lines == [("warning", "KATalogus lists no organisation; retiring none")]
         else:
             assert lines == [("warning", "outside service failing")]
             with store.session() as session:
@@ -183,7 +193,7 @@ def test_only_the_lease_holder_reads_katalogus(store: Store, katalogus: tuple[Ka
 def test_a_listing_read_before_the_lease_was_lost_is_not_applied(
     store: Store, katalogus: tuple[KatalogusStandin, StandinServer]
 ) -> None:
-    """A holder frozen between reading and writing: meanwhile its lease ran out and another removed the
+    """A holder frozen between reading and writing: meanwhile its lease ran out and another retired the
     organisation; the stale listing (which still has it) must not bring it back."""
     standin, server = katalogus
     standin.add_organisation("acme")
@@ -197,9 +207,9 @@ def test_a_listing_read_before_the_lease_was_lost_is_not_applied(
             session.execute(text("UPDATE leaders SET expires_at = :past"), {"past": "2000-01-01 00:00:00"})
         standin.remove_organisation("beta")
         round_ = current.step()
-        assert round_ is not None and round_.removed == ["beta"]
+        assert round_ is not None and round_.retired == ["beta"]
         assert stale.apply(stale_listing) is None  # it resumes: refused
-        assert sorted(organisations(store)) == ["acme"]
+        assert sorted(organisations(store)) == ["acme"] and retired(store) == {"beta"}
     finally:
         stale.leader.release()
         current.leader.release()
@@ -209,9 +219,11 @@ def test_a_director_runs_the_schedulers_of_a_katalogus_organisation_within_a_pol
     store: Store, katalogus: tuple[KatalogusStandin, StandinServer]
 ) -> None:
     """The services `baton director` (and `baton serve`) run: an organisation added in KATalogus gets
-    its running schedulers, its boefje tasks carry KATalogus' image, and it goes when KATalogus drops it."""
+    its running schedulers, its boefje tasks carry KATalogus' image; when KATalogus drops it, it is
+    retired (its schedulers stop, its tasks stay), and when KATalogus lists it again its schedulers run
+    again."""
     from baton.runtime import RunnerKind, director_services
-    from baton.storage.inbox import enqueue_event
+    from baton.storage.scheduling.inbox import enqueue_event
 
     standin, server = katalogus
     org = f"org{uuid.uuid4().hex[:8]}"
@@ -238,8 +250,12 @@ def test_a_director_runs_the_schedulers_of_a_katalogus_organisation_within_a_pol
             enqueue_event(session, f"boefje-{org}", "scan_profile_mutation", mutation())
         assert wait_until(lambda: boefje_images(store, org) == ["ghcr.io/x/dns:2"], 30)
         standin.remove_organisation(org)
-        assert wait_until(lambda: org not in organisations(store), 30)
+        assert wait_until(lambda: org in retired(store), 30)
         assert wait_until(lambda: not running & {spec.id for spec in director.runner.list()}, 30)
+        assert boefje_images(store, org) == ["ghcr.io/x/dns:2"]  # its task stays
+        standin.add_organisation(org)
+        assert wait_until(lambda: running <= {spec.id for spec in director.runner.list()}, 30)
+        assert org not in retired(store)
     finally:
         for service in reversed(services):
             service.stop()

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from baton.storage.backfills import backfills
-from baton.storage.outside_services import outside_services
+from baton.storage.scheduling.backfills import backfills
+from baton.storage.scheduling.service_states import outside_services
 from tests.katalogus_world import (
     OBJECTS_CALL,
     PLUGINS_CALL,
@@ -152,7 +152,7 @@ def test_octopoes_failing_leaves_the_new_boefjes_cursor_and_resumes(world: World
         world.octopoes.add_object("acme", f"Hostname|internet|h{n}.example", level=2)
     world.katalogus.add_boefje("dns-records", ["Hostname"], scan_level=1, enabled=True)
     scheduler = world.boefjes()
-    scheduler.backfill_page_size = 3
+    scheduler.backfiller.page_size = 3
     with capture_logs() as logs:
         scheduler.tick()  # the listing and the first page
         restore = OUTAGES[outage](world, "octopoes")

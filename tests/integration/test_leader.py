@@ -1,5 +1,5 @@
-"""Leadership by lease and scheduler ownership with fencing, on both backends (storage/leadership.py,
-storage/scheduler_leases.py)."""
+"""Leadership by lease and scheduler ownership with fencing, on both backends (storage/control/leadership.py,
+storage/control/scheduler_leases.py)."""
 
 from __future__ import annotations
 
@@ -23,12 +23,13 @@ from baton.core.settings import LeaseSettings
 from baton.ingest.ownership import Ownership, owner_prefix
 from baton.ingest.registry import build_scheduler
 from baton.ingest.scheduler import SchedulerContext
-from baton.storage import pool_changes, queues, scheduler_leases
-from baton.storage import workers as worker_rows
+from baton.storage.control import pool_changes, scheduler_leases
+from baton.storage.control import workers as worker_rows
+from baton.storage.control.leadership import LIVENESS_LOCK_KEY
+from baton.storage.control.organisations import delete_organisation
 from baton.storage.engine import Store
-from baton.storage.inbox import enqueue_event
-from baton.storage.leadership import LIVENESS_LOCK_KEY
-from baton.storage.organisations import delete_organisation
+from baton.storage.queues import operations as queues
+from baton.storage.scheduling.inbox import enqueue_event
 from baton.storage.tables import Scheduler as SchedulerRow
 from harness.factories import add_organisation, fast_settings
 from harness.waiting import wait_until

@@ -1,4 +1,4 @@
-"""One lease-holder row per process keeps its scheduler rows leased (storage/scheduler_leases.py,
+"""One lease-holder row per process keeps its scheduler rows leased (storage/control/scheduler_leases.py,
 ingest/ownership.py): a renewal writes that row, not the schedulers', and what the process owns but
 no longer holds is given up."""
 
@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from baton.core.settings import LeaseSettings
 from baton.ingest.ownership import ABANDONED_AFTER_LEASES, Ownership
-from baton.storage import scheduler_leases
+from baton.storage.control import scheduler_leases
 from baton.storage.engine import Store
 from baton.storage.tables import Scheduler as SchedulerRow
 from harness.factories import add_organisation

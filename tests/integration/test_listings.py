@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql
 
 from baton.core.listing import PageRequest
 from baton.storage.engine import Store
-from baton.storage.listings import organisations_statement, schedulers_statement
+from baton.storage.queues.listings import organisations_statement, schedulers_statement
 from harness.factories import add_organisations
 
 LINK = re.compile(r'^<(?P<url>[^>]+)>; rel="next"$')

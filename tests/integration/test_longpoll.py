@@ -24,8 +24,8 @@ from fastapi.testclient import TestClient
 
 from baton.core.model import TaskStatus
 from baton.storage.engine import Store
+from baton.storage.queues.wakeups import APPLICATION_NAME, ChangeWatcher
 from baton.storage.urls import libpq_conninfo
-from baton.storage.wakeups import APPLICATION_NAME, ChangeWatcher
 from harness.factories import add_organisation, finish, pop, push
 from harness.servers import api_replicas
 from harness.waiting import free_port, wait_until

@@ -9,12 +9,12 @@ from fastapi.testclient import TestClient
 
 from baton.core.model import SchedulerSpec, SchedulerType
 from baton.core.settings import Settings
-from baton.ingest.catalogue import PluginSpec
+from baton.ingest.catalogue.plugins_file import PluginSpec
 from baton.ingest.events import InProcessSource
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Store
-from baton.storage.plugins import seed_plugins
+from baton.storage.scheduling.plugins import seed_plugins
 
 DNS = PluginSpec(id="dns-records", type="boefje", name="DNS", consumes=["Hostname"], scan_level=1)
 

@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import pika
@@ -18,15 +19,15 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from baton.control import organisations as control_organisations
-from baton.control.organisations import OrganisationWatcher, organisation_applier
+from baton.control import organisations_from_rabbitmq as control_organisations
+from baton.control.organisations_from_rabbitmq import OrganisationWatcher, organisation_applier
 from baton.control.runners import ThreadRunner
 from baton.core import supervision
 from baton.core.model import SchedulerSpec, SchedulerType, utcnow
 from baton.core.queueing import PopTarget
 from baton.core.settings import Settings
 from baton.ingest import rabbitmq
-from baton.ingest.catalogue import PluginSpec
+from baton.ingest.catalogue.plugins_file import PluginSpec
 from baton.ingest.events import (
     AnyEvent,
     OrganisationCreated,
@@ -46,10 +47,10 @@ from baton.ingest.rabbitmq import (
 )
 from baton.ingest.scheduler import SchedulerContext
 from baton.runtime import scheduler_context
-from baton.storage import queues
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
-from baton.storage.plugins import seed_plugins
+from baton.storage.queues import operations as queues
+from baton.storage.scheduling.plugins import seed_plugins
 from baton.storage.tables import Organisation, Plugin, Scheduler, Task
 from harness.servers import rabbitmqctl
 from harness.waiting import wait_until
@@ -196,8 +197,8 @@ def test_malformed_messages_go_to_the_dead_letter_queue_and_consuming_continues(
 class CrashBeforeCommit(NormalizerScheduler):
     """Dies like a SIGKILL after handling an event but before the transaction commits."""
 
-    def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
-        super().handle_batch(session, events)
+    def handle_batch(self, session: Session, events: Sequence[AnyEvent], now: datetime) -> list[dict[str, object]]:
+        super().handle_batch(session, events, now)
         session.flush()
         os._exit(9)
 
@@ -526,7 +527,8 @@ def test_openkats_own_queues_are_routed_to_the_schedulers(store: Store, amqp_url
     organisation it has not seen, and dead-letters what it cannot read."""
     from baton.ingest.events import DatabaseInbox
     from baton.ingest.planners.boefje import BoefjeScheduler
-    from baton.storage.plugins import seed_plugins as seed
+    from baton.ingest.rabbitmq import OpenKatEventRouter
+    from baton.storage.scheduling.plugins import seed_plugins as seed
 
     with store.session() as session:
         if not session.get(Plugin, "dns-records"):

@@ -8,7 +8,7 @@ import math
 
 from baton.core.priorities import AUTOMATIC_PRIORITY
 from baton.ingest.planners.boefje import BoefjeScheduler
-from baton.storage.backfills import backfills
+from baton.storage.scheduling.backfills import backfills
 from baton.storage.tables import Scheduler as SchedulerRow
 from tests import queue_api as queue
 from tests.katalogus_world import OBJECTS_CALL, World, boefje_pairs, give_up, queued, run_until_idle, world
@@ -39,7 +39,7 @@ def estate(world: World) -> set[tuple[str, str]]:
 
 def boefje_scheduler(world: World) -> BoefjeScheduler:
     scheduler = world.boefjes()
-    scheduler.backfill_page_size = PAGE
+    scheduler.backfiller.page_size = PAGE
     return scheduler
 
 

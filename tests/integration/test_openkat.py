@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,15 +17,16 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from baton.core.jobs import BoefjeJob, NormalizerJob, ReportJob, job_hash, murmur_hex
+from baton.core.model import utcnow
 from baton.core.settings import Settings
-from baton.ingest.catalogue import PluginSpec
+from baton.ingest.catalogue.plugins_file import PluginSpec
 from baton.ingest.events import InProcessSource, parse_event
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.planners.normalizer import NormalizerScheduler
 from baton.ingest.planners.report import ReportScheduler
 from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Store
-from baton.storage.plugins import seed_plugins
+from baton.storage.scheduling.plugins import seed_plugins
 from harness.servers import api_replicas
 from tests.openkat_models import (
     PaginatedSchedulesResponse,
@@ -102,11 +103,17 @@ def kat(client: TestClient, store: Store) -> TestClient:
     return client
 
 
-def scheduler_for(kind: type[Any], org: str, store: Store, source: InProcessSource | None = None) -> Any:
+def scheduler_for(
+    kind: type[Any],
+    org: str,
+    store: Store,
+    source: InProcessSource | None = None,
+    clock: Callable[[], datetime] = utcnow,
+) -> Any:
     from baton.core.model import SchedulerSpec
 
     settings = Settings(database_url=store.url)
-    context = SchedulerContext(store, settings, "test", "here", source_factory=lambda spec: source)
+    context = SchedulerContext(store, settings, "test", "here", source_factory=lambda spec: source, clock=clock)
     scheduler = kind(SchedulerSpec(org, kind.type), context)
     scheduler.setup()
     return scheduler
@@ -363,8 +370,7 @@ def test_the_web_ui_schedules_reports_and_the_report_scheduler_runs_them(kat: Te
     assert kat.patch(f"/schedules/{schedule.id}", json={"enabled": False}).json()["enabled"] is False
     assert kat.patch(f"/schedules/{schedule.id}", json={}).status_code == 400
     # The one-off schedule is due: the report scheduler makes its task, a report job rocky reads.
-    scheduler = scheduler_for(ReportScheduler, "acme", store)
-    scheduler.context.clock = lambda: datetime.now(UTC) + timedelta(days=1)
+    scheduler = scheduler_for(ReportScheduler, "acme", store, clock=lambda: datetime.now(UTC) + timedelta(days=1))
     assert scheduler.tick() == 1
     [answer] = pop(kat, "report")
     task = RockyTask.model_validate(answer)
@@ -383,8 +389,7 @@ def test_a_cron_boefje_schedule_queues_boefje_jobs_a_runner_executes(kat: TestCl
     assert created.status_code == 201, created.text
     schedule = ScheduleResponse.model_validate(created.json())
     assert schedule.hash == murmur_hex("Hostname|internet|example.com-dns-records-acme")
-    scheduler = scheduler_for(BoefjeScheduler, "acme", store)
-    scheduler.context.clock = lambda: datetime.now(UTC) + timedelta(minutes=6)
+    scheduler = scheduler_for(BoefjeScheduler, "acme", store, clock=lambda: datetime.now(UTC) + timedelta(minutes=6))
     assert scheduler.tick() == 1
     [answer] = pop(kat, "boefje")
     task = runner_task(answer)

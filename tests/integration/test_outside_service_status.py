@@ -21,7 +21,7 @@ from baton.core.model import utcnow
 from baton.core.settings import Settings
 from baton.openkat import BytesClient
 from baton.storage.engine import Store
-from baton.storage.outside_services import record_outside_service
+from baton.storage.scheduling.service_states import record_outside_service
 from harness.standins import BytesStandin, StandinServer
 from tests.katalogus_world import World, client, octopoes_mutation, world
 
@@ -149,7 +149,7 @@ def test_octopoes_and_bytes_failing_are_each_listed(
         world.octopoes.add_object("acme", f"Hostname|internet|h{n}.example", level=1)
     world.katalogus.add_boefje("dns-records", ["Hostname"], enabled=True)
     scheduler = world.boefjes()
-    scheduler.backfill_page_size = 2
+    scheduler.backfiller.page_size = 2
     try:
         scheduler.tick()  # the listing and the first page of objects
         restore_octopoes = OUTAGES[outage](world.octopoes_server, world.octopoes)

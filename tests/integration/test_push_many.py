@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session
 
 from baton.core.errors import BatonError
 from baton.core.queueing import PopTarget, PushRequest
-from baton.storage import queues
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
+from baton.storage.queues import operations as queues
 from baton.storage.tables import QueueCounter, Task
 from tests.conftest import fresh_postgres_database, reset_postgres
 

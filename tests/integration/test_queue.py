@@ -8,8 +8,8 @@ import pytest
 
 from baton.core.errors import ConflictError, NotFoundError
 from baton.core.model import TaskStatus
+from baton.storage.control.organisations import create_organisation, delete_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation, delete_organisation
 from tests import queue_api as queue
 
 

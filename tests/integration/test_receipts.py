@@ -249,13 +249,13 @@ def test_a_key_that_cannot_be_one_is_refused_naming_it(
 
 
 def test_a_group_pop_whose_acknowledgement_was_lost_leaves_no_task_dispatched(pg_store: Store) -> None:
-    """Concurrent pops of one queue share one statement (storage/popbatch.py), stamped with one
+    """Concurrent pops of one queue share one statement (storage/queues/popbatch.py), stamped with one
     receipt; that statement commits and its connection breaks: every waiter answers 503, and the
     batch's tasks go back."""
     from baton.core.queueing import PopRequest
     from baton.service.metrics import Metrics
     from baton.service.queues import QueueService
-    from baton.storage.queue_door import QueueDoor
+    from baton.storage.queues.door import QueueDoor
 
     add_organisation(pg_store, "acme", maxsize=0)
     for n in range(20):

@@ -6,6 +6,8 @@ Time runs on the test's clock (short settings, no sleeps)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
+from baton.core.jobs import murmur_hex
 from baton.core.model import SchedulerSpec, SchedulerType, TaskStatus
 from baton.core.rescans import OBJECT_GONE, PLUGIN_NOT_ENABLED, SCAN_LEVEL_TOO_LOW
 from baton.core.settings import OpenKatSettings, Settings
@@ -20,8 +23,8 @@ from baton.ingest.events import InProcessSource
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.scheduler import SchedulerContext
 from baton.storage.engine import Store
-from baton.storage.plugins import seed_plugins
-from baton.storage.schedules import ScheduleQuery, list_schedules
+from baton.storage.scheduling.plugins import seed_plugins
+from baton.storage.scheduling.schedules import ScheduleQuery, create_schedule, list_schedules
 from baton.storage.tables import BoefjeRun, Schedule, Task
 from tests import queue_api as queue
 from tests.katalogus_world import Clock, World, octopoes_mutation, queued, run_until_idle, world
@@ -199,7 +202,7 @@ def test_an_octopoes_outage_disables_nothing_and_the_round_catches_up(world: Wor
 def test_a_round_handles_all_due_schedules_oldest_first_with_one_octopoes_call_per_500(world: World) -> None:
     enabled_dns(world)
     scheduler = rescans(world)
-    scheduler.rescanner.page_size = 600
+    scheduler.rescans.page_size = 600
     groups, per_group = 7, 100
     for group in range(groups):  # each group one second after the previous: its deadlines one second later
         for n in range(per_group):
@@ -240,6 +243,39 @@ def test_a_boefje_with_run_on_gets_no_schedule(world: World) -> None:
     assert len(queued(world.store, "boefje-acme")) == 1 and schedules(world.store) == []
 
 
+def test_a_schedule_without_an_object_is_rescheduled_not_disabled(world: World) -> None:
+    """mula: a boefje schedule whose task has no `input_ooi` skips the object checks and queues its task
+    again (the same job, without an object), its deadline moved on: not disabled as a vanished object."""
+    enabled_dns(world)
+    scheduler = rescans(world)
+    job = {"boefje": {"id": "dns-records", "name": "DNS records"}, "input_ooi": None, "organization": "acme"}
+    digest = murmur_hex("dns-records-acme")
+    with world.store.session() as session:
+        schedule = create_schedule(
+            session,
+            scheduler_id="boefje",
+            organisation="acme",
+            data=job,
+            schedule=None,
+            deadline_at=world.clock.now - timedelta(minutes=1),
+            schedule_hash=digest,
+        )
+    run_until_idle(scheduler)
+    [kept] = schedules(world.store)
+    assert (kept.id, kept.enabled, kept.disabled_reason) == (schedule.id, True, None)
+    assert kept.last_run_at == world.clock.now
+    assert kept.deadline_at == world.clock.now + timedelta(seconds=GRACE)
+    [task] = queued(world.store, "boefje-acme")
+    assert task.data["input_ooi"] is None and task.data["boefje"]["id"] == "dns-records"
+    assert (task.hash, task.schedule_id) == (digest, str(schedule.id))
+    assert world.octopoes.calls[LOAD_BULK] == 0  # no object to ask Octopoes about
+
+    finish_all(world.store)
+    world.clock.advance(GRACE)  # due again: queued again, as any schedule is
+    run_until_idle(scheduler)
+    assert [task.data["input_ooi"] for task in queued(world.store, "boefje-acme")] == [None]
+
+
 def test_the_embedded_catalogue_rescans_after_the_grace_period(store: Store) -> None:
     """No KATalogus, no Octopoes: Baton's own catalogue and the grace period decide."""
     with store.session() as session:
@@ -247,7 +283,7 @@ def test_the_embedded_catalogue_rescans_after_the_grace_period(store: Store) -> 
             session, [{"id": "dns", "type": "boefje", "name": "DNS", "consumes": ["Hostname"], "scan_level": 1}]
         )
     with store.session() as session:
-        from baton.storage.organisations import create_organisation
+        from baton.storage.control.organisations import create_organisation
 
         create_organisation(session, "acme", "Acme", maxsize=100)
     source, clock = InProcessSource(), Clock()
@@ -320,26 +356,26 @@ def test_a_pushed_boefje_task_and_its_schedule_are_written_together_or_not_at_al
     trigger refuses it, as a process dying between two commits would leave it), no task is queued
     without its schedule either."""
     client.post("/organisations", json={"id": "acme", "name": "Acme"}).raise_for_status()
-    refuse_schedules(store)
     run = {
         "scheduler_id": "boefje",
         "organisation": "acme",
         "priority": 1,
         "data": {"boefje": {"id": "dns-records", "name": "DNS"}, "input_ooi": HOST, "organization": "acme"},
     }
-    with pytest.raises(Exception, match="no schedules today"):
+    with refusing_schedules(store), pytest.raises(Exception, match="no schedules today"):
         client.post("/schedulers/boefje/push", json=run)
     with store.session() as session:
         assert session.scalar(select(func.count()).select_from(Task)) == 0
         assert session.scalar(select(func.count()).select_from(BoefjeRun)) == 0
 
 
-def refuse_schedules(store: Store) -> None:
-    """A trigger that makes every write of a schedule fail."""
+@contextmanager
+def refusing_schedules(store: Store) -> Iterator[None]:
+    """While inside, a trigger makes every write of a schedule fail."""
     with store.engine.begin() as conn:
         if store.is_postgresql:
             conn.exec_driver_sql(
-                "CREATE FUNCTION refuse_schedule() RETURNS trigger LANGUAGE plpgsql AS "
+                "CREATE OR REPLACE FUNCTION refuse_schedule() RETURNS trigger LANGUAGE plpgsql AS "
                 "$$ BEGIN RAISE EXCEPTION 'no schedules today'; END $$"
             )
             conn.exec_driver_sql(
@@ -347,8 +383,14 @@ def refuse_schedules(store: Store) -> None:
                 "FOR EACH ROW EXECUTE FUNCTION refuse_schedule()"
             )
         else:
-            for event in ("INSERT", "UPDATE"):
-                conn.exec_driver_sql(
-                    f"CREATE TRIGGER refuse_schedule_{event.lower()} BEFORE {event} ON schedules "
-                    "BEGIN SELECT RAISE(ABORT, 'no schedules today'); END"
-                )
+            conn.exec_driver_sql(
+                "CREATE TRIGGER refuse_schedule BEFORE INSERT ON schedules "
+                "BEGIN SELECT RAISE(ABORT, 'no schedules today'); END"
+            )
+    try:
+        yield
+    finally:
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql(
+                "DROP TRIGGER IF EXISTS refuse_schedule" + (" ON schedules" if store.is_postgresql else "")
+            )

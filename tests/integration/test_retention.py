@@ -17,12 +17,12 @@ from baton.control.runners import ThreadRunner
 from baton.core.model import TaskStatus, utcnow
 from baton.core.settings import Settings
 from baton.ingest.scheduler import SchedulerContext
-from baton.storage.boefje_runs import claim_boefje_runs
+from baton.storage.control.leadership import HOUSEKEEPER_ROLE, leadership
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.leadership import HOUSEKEEPER_ROLE, leadership
-from baton.storage.organisations import create_organisation
-from baton.storage.retention import delete_consumed_events, delete_finished
-from baton.storage.schedules import create_schedule
+from baton.storage.queues.retention import delete_consumed_events, delete_finished
+from baton.storage.scheduling.boefje_runs import claim_boefje_runs
+from baton.storage.scheduling.schedules import create_schedule
 from baton.storage.tables import BoefjeRun, Event, Organisation, Schedule, Task
 from tests import queue_api as queue
 
@@ -32,7 +32,9 @@ RECENT = timedelta(days=2)
 
 
 def settings_for(store: Store, days: int = 30) -> Settings:
-    return Settings(database_url=store.url, task_retention_days=days, retry_period_seconds=0.2)
+    return Settings(
+        database_url=store.url, task_retention_days=days, event_retention_days=days, retry_period_seconds=0.2
+    )
 
 
 def add_tasks(store: Store, count: int, status: TaskStatus, age: timedelta, scheduler_id: str = QUEUE) -> list[str]:
@@ -103,6 +105,20 @@ def test_retention_of_zero_days_keeps_every_task(store: Store) -> None:
     kept = add_tasks(store, 3, TaskStatus.COMPLETED, timedelta(days=3650))
     assert Housekeeping(store, settings_for(store, days=0)).remove_expired() == 0
     assert set(remaining(store)) == set(kept)
+
+
+def test_by_default_every_task_is_kept_as_mula_keeps_them(store: Store) -> None:
+    """rocky lists every task and counts them in its statistics: nothing goes unless retention is set."""
+    kept = add_tasks(store, 2, TaskStatus.COMPLETED, timedelta(days=3650))
+    kept += add_tasks(store, 1, TaskStatus.FAILED, timedelta(days=3650))
+    with store.session() as session:  # the inbox keeps its own retention: consumed events still go
+        session.add(Event(scheduler_id=QUEUE, kind="old", payload={}, consumed_at=utcnow() - OLD))
+        session.add(Event(scheduler_id=QUEUE, kind="recent", payload={}, consumed_at=utcnow() - RECENT))
+    report = Housekeeping(store, Settings(database_url=store.url)).round()
+    assert report.removed == 0
+    assert set(remaining(store)) == set(kept)
+    with store.session() as session:
+        assert list(session.scalars(select(Event.kind))) == ["recent"]
 
 
 def test_removing_finished_tasks_leaves_the_queue_counters_right(store: Store) -> None:
@@ -207,7 +223,7 @@ def test_the_leading_director_removes_expired_tasks(store: Store) -> None:
 def test_one_housekeeper_at_a_time_and_another_takes_over_when_it_stops(store: Store) -> None:
     """Workers have no director: their housekeepers share a lease; the holder recovers stuck tasks
     and removes expired ones, the others wait, and one of them takes over when the holder stops."""
-    stuck = add_tasks(store, 2, TaskStatus.RUNNING, timedelta(hours=2))
+    stuck = add_tasks(store, 2, TaskStatus.DISPATCHED, timedelta(hours=2))
     add_tasks(store, 3, TaskStatus.COMPLETED, OLD)
     settings = settings_for(store)
     first = Housekeeper(store, settings, holder="worker-1")
@@ -219,7 +235,9 @@ def test_one_housekeeper_at_a_time_and_another_takes_over_when_it_stops(store: S
         with store.session() as session:
             holder = leadership(session, HOUSEKEEPER_ROLE)
             assert holder is not None and holder.holder == "worker-1"
-        assert remaining(store) == {task_id: "queued" for task_id in stuck}
+        left = remaining(store)  # each stuck task cancelled, and handed out again as a new one
+        assert {left[task_id] for task_id in stuck} == {"cancelled"}
+        assert sorted(left.values()) == ["cancelled", "cancelled", "queued", "queued"]
 
         first.stop()  # gives the lease up
         add_tasks(store, 1, TaskStatus.FAILED, OLD)
@@ -231,8 +249,8 @@ def test_one_housekeeper_at_a_time_and_another_takes_over_when_it_stops(store: S
 
 
 def test_consumed_events_past_retention_go_and_pending_ones_stay(store: Store) -> None:
-    """The inbox keeps every event until it is consumed; consumed ones (and dead letters) go with the
-    tasks' retention, so the events table does not grow for ever."""
+    """The inbox keeps every event until it is consumed; consumed ones (and dead letters) go after
+    BATON_EVENT_RETENTION_DAYS, so the events table does not grow for ever."""
     add_tasks(store, 1, TaskStatus.QUEUED, RECENT)  # the organisation and its schedulers
     now = utcnow()
     with store.session() as session:

@@ -7,19 +7,20 @@ from typing import Any
 
 import pytest
 
+from baton.core.jobs import murmur_hex
 from baton.core.model import SchedulerSpec, SchedulerType, TaskStatus
 from baton.core.priorities import rank_boefje_task
 from baton.core.settings import Settings
-from baton.ingest.catalogue import PluginSpec
+from baton.ingest.catalogue.plugins_file import PluginSpec
 from baton.ingest.events import InProcessSource, as_uuid
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.planners.normalizer import NormalizerScheduler
 from baton.ingest.planners.report import ReportScheduler
 from baton.ingest.scheduler import SchedulerContext
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
-from baton.storage.plugins import seed_plugins, set_enabled_for_organisation
-from baton.storage.schedules import create_schedule
+from baton.storage.scheduling.plugins import seed_plugins, set_enabled_for_organisation
+from baton.storage.scheduling.schedules import create_schedule
 from baton.storage.tables import Schedule, Task
 from tests import queue_api as queue
 
@@ -160,6 +161,42 @@ def test_normalizer_tasks_match_mime_types_and_redelivery_is_idempotent(org_stor
     assert queued(org_store, "normalizer-acme") == []
 
 
+def boefje_schedule(store: Store, boefje_id: str, input_ooi: str) -> Schedule:
+    job = {"boefje": {"id": boefje_id}, "input_ooi": input_ooi, "organization": "acme"}
+    with store.session() as session:
+        return create_schedule(
+            session,
+            scheduler_id="boefje",
+            organisation="acme",
+            data=job,
+            schedule=None,
+            deadline_at=datetime(2026, 1, 6, tzinfo=UTC),
+            schedule_hash=murmur_hex(f"{input_ooi}-{boefje_id}-acme"),
+        )
+
+
+def test_a_deschedule_raw_file_removes_the_boefjes_schedule_for_that_object(org_store: Store) -> None:
+    """OpenKAT after v1.20.1 (mula's normalizer scheduler): a raw file with the mime type
+    `openkat/deschedule` deletes the schedule of the boefje that made it, for its object (found by the
+    boefje job's hash), and gets no normalizer task."""
+    source, clock = InProcessSource(), Clock()
+    scheduler = make(NormalizerScheduler, org_store, clock, source)
+    host, other = "Hostname|internet|example.com", "Hostname|internet|other.example"
+    gone = boefje_schedule(org_store, "dns", host)
+    kept = [boefje_schedule(org_store, "dns", other), boefje_schedule(org_store, "ports", host)]
+    raw = raw_file("raw-1", "boefje/dns", "openkat/deschedule")
+    raw["raw_file"].update(boefje_id="dns", input_ooi=host)
+    source.put(raw)
+    scheduler.tick()
+    with org_store.session() as session:
+        assert session.get(Schedule, gone.id) is None
+        assert all(session.get(Schedule, schedule.id) is not None for schedule in kept)
+    assert queued(org_store, "normalizer-acme") == []  # norm-dns reads boefje/dns, but not this file
+    source.put(raw)  # delivered again: nothing left to remove, nothing made
+    scheduler.tick()
+    assert queued(org_store, "normalizer-acme") == [] and scheduler.events_handled == 2
+
+
 def test_malformed_event_is_rejected_and_the_rest_processed(org_store: Store) -> None:
     source, clock = InProcessSource(), Clock()
     scheduler = make(NormalizerScheduler, org_store, clock, source)
@@ -221,10 +258,34 @@ def test_report_schedule_fires_when_due_and_catches_up_missed_runs_once(org_stor
         assert refreshed is not None
         assert refreshed.deadline_at == datetime(2026, 1, 5, 18, 0, tzinfo=UTC)
     clock.now = datetime(2026, 1, 5, 18, 0, 1, tzinfo=UTC)
-    assert scheduler.tick() == 1
+    assert scheduler.tick() == 0  # its task still queued: the schedule waits for it (deadline kept)
     # The same recipe for the same organisation is the same work (OpenKAT's hash): while the first
     # report task still waits, the next run does not queue a second one.
     assert len(queued(org_store, "report-acme")) == 1
+
+
+def test_a_due_report_schedule_whose_task_is_still_queued_keeps_its_deadline(org_store: Store) -> None:
+    """mula: the push of the same report task is not allowed while it is queued, and the schedule's deadline
+    is left as it is, so the run is tried again next round (not skipped until the next cron slot)."""
+    clock = Clock()
+    scheduler = make(ReportScheduler, org_store, clock)
+    schedule = add_schedule(org_store, "0 * * * *", clock.now - timedelta(minutes=1))
+    assert scheduler.tick() == 1
+    due_again = datetime(2026, 1, 5, 13, 0, tzinfo=UTC)
+    clock.now = due_again + timedelta(seconds=1)  # the next slot, the first task still queued
+    assert scheduler.tick() == 0
+    with org_store.session() as session:
+        kept = session.get(Schedule, schedule.id)
+        assert kept is not None and kept.deadline_at == due_again
+    with org_store.session() as session:
+        [popped] = queue.pop(session, scheduler_id="report-acme", limit=1)
+    clock.now += timedelta(minutes=5)  # still in the same hour: the run that was waiting goes now
+    assert scheduler.tick() == 1
+    [task] = queued(org_store, "report-acme")
+    assert task.id != popped.id and task.schedule_id == str(schedule.id)
+    with org_store.session() as session:
+        fired = session.get(Schedule, schedule.id)
+        assert fired is not None and fired.deadline_at == datetime(2026, 1, 5, 14, 0, tzinfo=UTC)
 
 
 def test_disabled_report_schedule_does_not_fire(org_store: Store) -> None:

@@ -13,10 +13,10 @@ import pytest
 
 from baton.core.model import utcnow
 from baton.core.queueing import PopRequest, PopShape, PopTarget
-from baton.storage import queues
 from baton.storage.engine import Store
-from baton.storage.pops import build_pop
-from baton.storage.queue_door import QueueDoor
+from baton.storage.queues import operations as queues
+from baton.storage.queues.door import QueueDoor
+from baton.storage.queues.pops import build_pop
 from harness.factories import add_organisation, push
 
 TARGETS = [

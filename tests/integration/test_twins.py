@@ -15,8 +15,8 @@ from structlog.testing import capture_logs
 
 from baton.api import create_app
 from baton.core.settings import Settings
-from baton.storage.organisations import create_organisation
-from tests.katalogus_world import World, octopoes_mutation, queued, run_until_idle, world
+from baton.storage.control.organisations import create_organisation
+from tests.katalogus_world import World, give_up, octopoes_mutation, queued, run_until_idle, world
 
 __all__ = ["world"]  # the fixture
 
@@ -90,6 +90,30 @@ def test_settings_are_read_once_per_poll_and_objects_nobody_else_holds_cost_one_
     run_until_idle(scheduler)
     assert world.katalogus.calls[CONFIGS_CALL] == 2  # read again, a poll later
     assert len(queued(world.store, "boefje-beta")) == 2
+
+
+def test_twins_awaiting_their_check_survive_a_restart(world: World) -> None:
+    """The scheduler is dropped (as a SIGKILL would leave it) after the transaction that made the task
+    committed and before its twin step: the scheduler that takes over makes the twins."""
+    estate(world)
+    first = world.boefjes()
+    world.katalogus.set_enabled("acme", "dns-records", False)
+    run_until_idle(first)  # the catalogue (dns-records not enabled: no backfill to make tasks of its own)
+    world.katalogus.set_enabled("acme", "dns-records", True)
+    world.poll_passes()
+    first.catalogue_sync.run(world.clock.now)  # enabled now: the listing written, its backfill not run
+    world.put("boefje-acme", octopoes_mutation("acme", SHARED, 2))
+    assert first.handle_events(world.clock.now) == 1  # committed: the original task, no twin yet
+    [original] = queued(world.store, "boefje-acme")
+    assert queued(world.store, "boefje-beta") == []
+    give_up(first)  # dropped without stopping: nothing of its memory survives
+
+    restarted = world.boefjes()
+    run_until_idle(restarted)
+    [twin] = queued(world.store, "boefje-beta")
+    assert twin.data["deduplication_key"] == str(original.id) and twin.data["input_ooi"] == SHARED
+    [original] = queued(world.store, "boefje-acme")
+    assert original.data["deduplication_key"] == str(original.id)
 
 
 def test_a_twin_that_ran_within_the_grace_period_is_not_made_again(world: World) -> None:

@@ -20,12 +20,12 @@ from baton.service.metrics import Metrics
 from baton.service.queues import QueueService
 from baton.service.status import BrokerProbe, PageRequest, RateSampler, StatusService, TaskFilter
 from baton.service.tokens import Scope, create_token
-from baton.storage import scheduler_leases
-from baton.storage import workers as worker_rows
+from baton.storage.control import scheduler_leases
+from baton.storage.control import workers as worker_rows
+from baton.storage.control.leadership import report_leadership
+from baton.storage.control.scheduler_rows import record_heartbeat
 from baton.storage.engine import Store
-from baton.storage.leadership import report_leadership
-from baton.storage.scheduler_rows import record_heartbeat
-from baton.storage.status_reads import failed_since
+from baton.storage.queues.status_reads import failed_since
 from baton.storage.tables import LeaderRecord, Task
 from baton.ui.render import render
 from baton.ui.router import broker_queues
@@ -308,7 +308,7 @@ def test_task_pages_are_keyset_pages_without_counts(client: TestClient, store: S
 
 def test_sqlite_task_pages_look_beyond_the_newest_window(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """A status too rare to fill a page among the newest tasks is still found further back."""
-    monkeypatch.setattr("baton.storage.task_pages.SCAN_WINDOW", 4)
+    monkeypatch.setattr("baton.storage.queues.task_pages.SCAN_WINDOW", 4)
     add_organisation(store, "acme")
     old = fail(store, "boefje-acme", 2)
     for index in range(10):

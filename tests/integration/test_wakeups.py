@@ -21,8 +21,8 @@ from baton.core.model import SchedulerSpec, SchedulerType, TaskStatus, utcnow
 from baton.ingest.events import DatabaseInbox, Delivery
 from baton.ingest.scheduler import Scheduler, SchedulerContext
 from baton.storage.engine import Store
-from baton.storage.inbox import enqueue_event
-from baton.storage.schedules import create_schedule
+from baton.storage.scheduling.inbox import enqueue_event
+from baton.storage.scheduling.schedules import create_schedule
 from baton.storage.tables import Event, Task
 from baton.storage.urls import libpq_conninfo
 from harness.factories import add_organisation, fast_settings

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from baton.core.model import utcnow
+from baton.storage.control.leadership import leadership
 from baton.storage.engine import Store
-from baton.storage.leadership import leadership
 from harness.waiting import wait_until
 
 

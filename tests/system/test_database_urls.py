@@ -20,7 +20,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from baton.storage import scheduler_leases as leases
+from baton.storage.control import scheduler_leases as leases
 from baton.storage.engine import Store
 from baton.storage.urls import database_address
 from harness.factories import add_organisation, push

@@ -5,7 +5,8 @@ The full sizes take far longer than the suite may: `bash bench/run.sh --quick` r
 19 minutes on a loaded 2-core machine, so CI runs one scenario of it (`ingest`) at quick size, and
 the soak run's smoke run (a minute, a small estate, every fault once) with its end-of-run checks;
 `scripts/fuzz.sh` runs a few examples of the SQLite operations. The container scripts need root and
-Podman, so CI runs their `--dry-run`, which checks their prerequisites and prints the plan.
+Podman, so CI runs their `--dry-run`, which checks their prerequisites and prints the plan; so for
+scripts/debian_package.sh, whose real run tests/system/test_debian_package.py makes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def run(*command: str, timeout: float = 300) -> subprocess.CompletedProcess[str]
 @pytest.mark.timeout(400)
 def test_fuzz_script_writes_its_report_after_a_passing_run(tmp_path: Path) -> None:
     output = tmp_path / "fuzzing.md"
+    earlier = "| 2026-01-01 00:00 UTC | 0123456789ab | 5 | 300 | 24,000 | 0 | 400 | 214 of 214 tests passed |"
+    output.write_text(f"# Fuzzing\n\n<!-- runs -->\n| date | commit |\n|---|---|\n{earlier}\n<!-- /runs -->\n")
     done = run(
         "bash", "scripts/fuzz.sh", "--examples", "2", "--seed", "7", "--output", str(output), "--",
         "-k", "sqlite and (test_api_conforms_to_its_schema or test_any_filter_shape)",
@@ -42,6 +45,8 @@ def test_fuzz_script_writes_its_report_after_a_passing_run(tmp_path: Path) -> No
     assert "- seed: 7; examples per operation (hypothesis max_examples): 2" in report
     assert "answers with status >= 500: 0" in report
     assert "| `GET /queues` | sqlite |" in report
+    runs = report.split("<!-- runs -->")[1].split("<!-- /runs -->")[0].splitlines()
+    assert runs[3].split(" | ")[2:4] == ["7", "2"] and runs[4] == earlier  # this run first, then the earlier one
 
 
 def test_fuzz_script_that_fails_leaves_its_page_as_it_was(tmp_path: Path) -> None:
@@ -115,6 +120,14 @@ def test_image_build_dry_run_checks_prerequisites_and_prints_the_plan() -> None:
         assert done.returncode == 1
         assert "missing: " in done.stderr
     assert not (ROOT / "build" / "containers-images.json.tmp").exists()
+
+
+def test_debian_package_dry_run_checks_the_tools_and_prints_the_plan() -> None:
+    done = run("bash", "scripts/debian_package.sh", "--dry-run", "--output", "/nonexistent/debian")
+    assert done.returncode == 0, done.stderr
+    assert "build: dpkg-buildpackage -b with Python 3." in done.stdout
+    assert "-> /nonexistent/debian/baton_0.1.0_" in done.stdout
+    assert not Path("/nonexistent/debian").exists()
 
 
 def test_replication_experiment_dry_run_prints_the_plan_without_podman() -> None:

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import pytest
 
 from baton.core.settings import Settings
-from baton.ingest.catalogue import seed_catalogue
+from baton.ingest.catalogue.plugins_file import seed_catalogue
 from baton.runtime import prepare_store
-from baton.storage.organisations import create_organisation
+from baton.storage.control.organisations import create_organisation
 from harness.leasechaos import (
     EventFeeder,
     Member,

@@ -21,7 +21,7 @@ import pytest
 from baton.core.model import utcnow
 from baton.core.queueing import PushRequest
 from baton.storage.engine import Store
-from baton.storage.queue_door import QueueDoor
+from baton.storage.queues.door import QueueDoor
 from harness.factories import add_organisation
 from harness.servers import ThrowawayPostgres
 from harness.waiting import free_port, wait_until

@@ -19,10 +19,10 @@ from baton.control.director import Director
 from baton.control.runners import ProcessRunner, ThreadRunner
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcnow
 from baton.core.settings import Settings
-from baton.ingest.catalogue import seed_catalogue
+from baton.ingest.catalogue.plugins_file import seed_catalogue
 from baton.ingest.scheduler import SchedulerContext
+from baton.storage.control.organisations import create_organisation, delete_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation, delete_organisation
 from baton.storage.tables import Schedule
 from baton.storage.tables import Scheduler as SchedulerRow
 from harness.waiting import wait_until

@@ -19,8 +19,8 @@ import pytest
 
 from baton.control.runners import ProcessRunner
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType
+from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import create_organisation
 from baton.storage.tables import Scheduler as SchedulerRow
 from harness.waiting import wait_until
 

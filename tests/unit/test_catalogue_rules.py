@@ -1,5 +1,5 @@
 """The rules of a catalogue read from KATalogus (core/catalogue.py): new boefjes, run_on, who may scan
-what, which organisations a listing removes."""
+what, which organisations a listing retires or brings back."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from baton.core.catalogue import (
     is_rescanned,
     may_scan,
     newly_enabled,
-    organisations_to_remove,
+    organisations_to_restore,
+    organisations_to_retire,
     runs_on,
     scan_levels_for,
 )
@@ -53,13 +54,18 @@ def test_a_boefje_may_scan_a_consumed_type_at_its_level_or_above() -> None:
     assert list(scan_levels_for(2)) == [2, 3, 4] and list(scan_levels_for(0)) == [0, 1, 2, 3, 4]
 
 
-def test_a_listing_removes_only_what_katalogus_made_and_no_longer_lists() -> None:
-    assert organisations_to_remove({"acme"}, {"acme", "gone"}) == {"gone"}
-    assert organisations_to_remove({"acme", "new"}, {"acme"}) == set()
+def test_a_listing_retires_only_what_katalogus_made_and_no_longer_lists() -> None:
+    assert organisations_to_retire({"acme"}, {"acme", "gone"}) == {"gone"}
+    assert organisations_to_retire({"acme", "new"}, {"acme"}) == set()
 
 
-def test_an_empty_listing_removes_nothing() -> None:
-    assert organisations_to_remove(set(), {"acme", "beta"}) == set()
+def test_an_empty_listing_retires_nothing() -> None:
+    assert organisations_to_retire(set(), {"acme", "beta"}) == set()
+
+
+def test_a_retired_organisation_listed_again_comes_back() -> None:
+    assert organisations_to_restore({"acme", "back"}, {"back", "still-gone"}) == {"back"}
+    assert organisations_to_restore(set(), {"gone"}) == set()
 
 
 def test_a_listed_plugins_definition_is_what_every_organisation_shares() -> None:

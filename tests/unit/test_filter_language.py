@@ -27,6 +27,10 @@ MALFORMED_FILTERS: list[tuple[Any, str]] = [
     ([{"column": "id", "value": "8f5c1b8e-4e7c-4b7a-9a57-0f5f6c1d2e3f", "operator": "lt"}], "cannot be ordered"),
     ([{"column": "created_at", "value": "yesterday", "operator": "gt"}], "ISO 8601"),
     ([{"column": "created_at", "value": 5, "operator": "gt"}], "string"),
+    # Year 0 and year 10000 in UTC: binding either overflowed Python's datetime (issue #44).
+    ([{"column": "created_at", "value": "0001-01-01T00:00:00+00:01", "operator": "gt"}], "out of range"),
+    ([{"column": "modified_at", "value": "9999-12-31T23:59:59-00:01", "operator": "lt"}], "out of range"),
+    ([{"column": "created_at", "value": ["2026-01-01", "0001-01-01"], "operator": "in"}], "value[1]: '0001-01-01'"),
     ([{"column": "status", "value": 5, "operator": "like"}], "string"),
     ([{"column": "priority", "value": "1%", "operator": "like"}], "text columns"),
     ([{"column": "status", "value": "a\x00b", "operator": "eq"}], "NUL"),

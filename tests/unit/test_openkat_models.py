@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from structlog.testing import capture_logs
 
 from baton.core.errors import InvalidInputError
-from baton.openkat.http import OutageTracker
+from baton.core.outages import service_outages
 from baton.openkat.katalogus import ORGANISATIONS, PLUGINS
 from baton.openkat.models import BoefjeConfig, BoefjeMeta, ObjectPage, Plugin
 from baton.openkat.octopoes import BY_REFERENCE, valid_time_param
@@ -132,15 +132,15 @@ def test_valid_time_must_carry_its_timezone() -> None:
 
 
 def test_an_outage_is_logged_when_it_starts_and_when_it_ends_only() -> None:
-    tracker = OutageTracker("octopoes", "http://octopoes:80")
-    with capture_logs() as logs:
-        tracker.answered()
-        tracker.failed("connection refused")
-        tracker.failed("timed out")
+    tracker = service_outages("octopoes", "http://octopoes:80")
+    with capture_logs() as logs:  # each call reports as of its end, as the HTTP clients do
+        tracker.succeeded(tracker.mark)
+        tracker.failed(tracker.mark, "connection refused")
+        tracker.failed(tracker.mark, "timed out")
         outage = tracker.current
-        tracker.answered()
-        tracker.answered()
-        tracker.failed("answered 500 to GET /acme/objects")
+        tracker.succeeded(tracker.mark)
+        tracker.succeeded(tracker.mark)
+        tracker.failed(tracker.mark, "answered 500 to GET /acme/objects")
     assert outage is not None and (outage.service, outage.reason) == ("octopoes", "connection refused")
     assert [(line["log_level"], line["event"], line.get("reason")) for line in logs] == [
         ("warning", "outside service failing", "connection refused"),

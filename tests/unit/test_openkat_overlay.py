@@ -211,4 +211,5 @@ def test_openkats_environment_configures_baton(merged: dict[str, Any], monkeypat
     assert openkat.bytes_password is not None and openkat.bytes_password.get_secret_value() == "made-bytes_password"
     assert not settings.auth_required  # OpenKAT's clients send no token
     assert settings.recovery.task_timeout_seconds == 1800
+    assert not settings.recovery.requeue_running_tasks  # a long scan is never handed out twice
     assert settings.log_json is False

@@ -21,12 +21,15 @@ BATON_NAMES = (
     "BATON_RESCAN_INTERVAL_SECONDS",
     "BATON_RESCAN_JITTER_SECONDS",
     "BATON_OPENKAT_RETRIES",
+    "BATON_HOST",
+    "BATON_PORT",
 )
+MULA_NAMES = ("SCHEDULER_DB_URI", "SCHEDULER_API_HOST", "SCHEDULER_API_PORT")
 
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (*OPENKAT_NAMES, *BATON_NAMES, "SCHEDULER_DB_URI"):
+    for name in (*OPENKAT_NAMES, *BATON_NAMES, *MULA_NAMES):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -94,6 +97,39 @@ def test_arguments_win_over_both_names(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.openkat.katalogus_url == "http://flag:1"
     assert settings.amqp.url == "amqp://flag/%2F"
     assert settings.database_url == "sqlite:///flag.db"
+
+
+def test_baton_listens_where_mula_listened(monkeypatch: pytest.MonkeyPatch) -> None:
+    # /etc/kat/mula.conf (OpenKAT's Debian package): rocky and the runners call SCHEDULER_API=http://localhost:8004.
+    monkeypatch.setenv("SCHEDULER_API_HOST", "localhost")
+    monkeypatch.setenv("SCHEDULER_API_PORT", "8004")
+    settings = Settings()
+    assert (settings.host, settings.port) == ("localhost", 8004)
+    assert not settings.auth_required  # loopback, as mula's: OpenKAT's clients send no token
+
+    monkeypatch.setenv("BATON_PORT", "9000")
+    assert (Settings().host, Settings().port) == ("localhost", 9000)
+    monkeypatch.setenv("BATON_HOST", "0.0.0.0")
+    assert Settings().host == "0.0.0.0"
+    assert Settings(port=9100).port == 9100  # a flag wins over both
+
+
+def test_a_bad_mula_port_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCHEDULER_API_PORT", "http")
+    with pytest.raises(ValidationError, match="port"):
+        Settings()
+
+
+def test_empty_openkat_values_count_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    # OpenKAT's mula.conf as its package installs it: the lines are there, the values left to fill in.
+    for name in ("QUEUE_URI", "SCHEDULER_DB_URI", "BYTES_PASSWORD", "SCHEDULER_API_PORT"):
+        monkeypatch.setenv(name, "")
+    monkeypatch.setenv("KATALOGUS_API", "  ")
+    settings = Settings()
+    assert settings.database_url == "sqlite:///baton.db"
+    assert settings.amqp.url == "amqp://guest:guest@127.0.0.1:5672/%2F"
+    assert settings.port == 8000
+    assert settings.openkat.katalogus_url is None
 
 
 def test_timing_settings_read_their_baton_names(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from baton.storage.popbatch import MAX_BATCH_TASKS, PopBatcher, Rows
+from baton.storage.queues.popbatch import MAX_BATCH_TASKS, PopBatcher, Rows
 
 
 class FakeQueue:

@@ -16,6 +16,7 @@ from baton.core.rescans import (
     PluginView,
     grace_of,
     judge,
+    judge_without_object,
     next_rescan,
     object_type_of,
 )
@@ -72,6 +73,12 @@ def test_an_unanswered_check_waits_and_never_disables() -> None:
 
 def test_without_octopoes_the_level_is_not_checked() -> None:
     assert judge("dns-records", DNS, ObjectView(True, "Hostname", None)).outcome is Outcome.RUN
+
+
+def test_a_job_without_an_object_checks_the_plugin_only() -> None:
+    assert judge_without_object("dns-records", DNS).outcome is Outcome.RUN
+    gone = judge_without_object("dns-records", None)
+    assert (gone.outcome, gone.reason) == (Outcome.DISABLE, PLUGIN_NOT_ENABLED)
 
 
 def test_the_type_of_a_reference() -> None:

@@ -1,16 +1,19 @@
-"""Small domain rules: settings by flat name, the heartbeat rule, backoff, the lifecycle."""
+"""Small domain rules: settings by flat name, the heartbeat rule, backoff, the lifecycle, the range of moments."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from baton.core.backoff import RECONNECT, Backoff, fresh
 from baton.core.errors import InvalidTransitionError
 from baton.core.heartbeat import is_overdue, is_stale, live_state
 from baton.core.lifecycle import check_transition, may_precede
 from baton.core.model import SchedulerState, TaskStatus, utcnow
+from baton.core.moments import EARLIEST, LATEST, MomentOutOfRangeError, in_range, within_range
 from baton.core.settings import Settings
 
 
@@ -67,3 +70,36 @@ def test_lifecycle() -> None:
     check_transition(TaskStatus.DISPATCHED, TaskStatus.COMPLETED)
     with pytest.raises(InvalidTransitionError, match="'completed' to 'running'"):
         check_transition(TaskStatus.COMPLETED, TaskStatus.RUNNING)
+
+
+# Every offset a time zone may have: strictly less than a day either way.
+DAY = timedelta(days=1)
+OFFSETS = st.timedeltas(min_value=timedelta(microseconds=1) - DAY, max_value=DAY - timedelta(microseconds=1))
+
+
+@given(local=st.datetimes(), offset=OFFSETS, reader=OFFSETS)
+@example(local=datetime(1, 1, 1), offset=timedelta(minutes=1), reader=timedelta(0))  # issue #44: year 0 in UTC
+@example(local=datetime(9999, 12, 31, 23, 59), offset=timedelta(minutes=-1), reader=timedelta(0))
+@example(local=datetime(9999, 12, 30, 23, 59), offset=timedelta(0), reader=timedelta(hours=14))
+def test_a_moment_in_range_survives_every_conversion_and_others_are_refused(
+    local: datetime, offset: timedelta, reader: timedelta
+) -> None:
+    moment = local.replace(tzinfo=timezone(offset))
+    if within_range(moment):
+        assert EARLIEST <= moment.astimezone(UTC) <= LATEST
+        moment.astimezone(timezone(reader))  # read back in any session time zone: no OverflowError
+        assert in_range(moment) is moment
+        return
+    with pytest.raises(MomentOutOfRangeError, match="0001-01-02 and 9999-12-30"):
+        in_range(moment)
+    try:
+        utc = moment.astimezone(UTC)
+    except OverflowError:
+        return  # the 500 of issue #44
+    assert not EARLIEST <= utc <= LATEST
+
+
+def test_a_date_is_its_midnight_and_a_naive_moment_is_utc() -> None:
+    assert not within_range(date(1, 1, 1)) and within_range(date(1, 1, 2))
+    assert within_range(date(9999, 12, 30)) and not within_range(date(9999, 12, 31))
+    assert within_range(datetime(1, 1, 2)) and not within_range(datetime(1, 1, 1, 23, 59))

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from baton.core.model import utcnow
 from baton.service.status.snapshot import MIN_AGE, EstateSnapshot, SnapshotCache
-from baton.storage.listings import EstateCounts
+from baton.storage.queues.listings import EstateCounts
 
 
 class Clock:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from baton.storage import pops
+from baton.storage.queues import pops
 from baton.storage.tables import IS_QUEUED, QUEUED
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"

@@ -102,7 +102,7 @@ def on_stop_signals(action: Callable[[], None]) -> Callable[[], None]:
 
 
 def monitoring_router() -> APIRouter:
-    router = APIRouter(tags=["health"])
+    router = APIRouter(tags=["health"], route_class=security.AuthenticatedRoute)
 
     @router.get("/ready", responses={503: {"description": "Not ready"}})
     def ready(app_services: AppServicesDep) -> JSONResponse:
@@ -183,6 +183,7 @@ def create_app(
         version=__version__,
         description="Priority queues of scanning work per organisation; pop is safe across replicas.",
     )
+    app.router.route_class = security.AuthenticatedRoute  # the app's own routes (/health), as every router's
     app.state.app_services = built
     app.state.settings = settings
     app.state.store = built.store

@@ -1,8 +1,9 @@
 """Pure ASGI middleware: a request id per request (X-Request-ID in and out), the request's one
 deadline for the database (BATON_DB_WAIT_SECONDS, core/deadline.py), one access log line, 413 for
-bodies over the limit (counted as they stream in: Content-Length may be absent or lie),
-422 for text that no database can store (NUL characters, lone UTF-16 surrogates), and the plain pop
-and push answered without FastAPI's routing (`fastpath.py`)."""
+bodies over the limit (counted as they stream in: Content-Length may be absent or lie), text that
+no database can store (NUL characters, lone UTF-16 surrogates) found and handed to the route, which
+answers 422 after authenticating (`security.AuthenticatedRoute`), and the plain pop and push
+answered without FastAPI's routing (`fastpath.py`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from baton.api.fastpath import answer_pop, answer_push
+from baton.api.security import UNSTORABLE
 from baton.core import deadline
 from baton.core.logging import get_logger
 
@@ -110,10 +112,6 @@ class RequestContextMiddleware:
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             await self._too_large(send, request_id)
             return
-        problem = unstorable_in_url(scope)
-        if problem is not None:
-            await self._unprocessable(send, request_id, *problem)
-            return
 
         # Read the whole body first (it is small by definition), so an oversize body is refused
         # before any handler sees it: FastAPI would turn a failure mid-parse into a 400.
@@ -132,10 +130,10 @@ class RequestContextMiddleware:
             chunks.append(chunk)
             more_body = message.get("more_body", False)
         body = b"".join(chunks)
-        problem = unstorable_in_body(body)
+        problem = unstorable_in_url(scope) or unstorable_in_body(body)
         if problem is not None:
-            await self._unprocessable(send, request_id, *problem)
-            return
+            # Refused by the route (security.AuthenticatedRoute), after the token: 401 comes first.
+            scope[UNSTORABLE] = problem
         replayed = False
 
         async def replay_receive() -> Message:
@@ -153,7 +151,9 @@ class RequestContextMiddleware:
             await send(message)
 
         try:
-            answered = await (answer_push if body else answer_pop)(scope, body, send_with_id)
+            answered = False
+            if problem is None:
+                answered = await (answer_push if body else answer_pop)(scope, body, send_with_id)
             if not answered:
                 await self.app(scope, replay_receive, send_with_id)
         finally:
@@ -168,15 +168,8 @@ class RequestContextMiddleware:
     async def _too_large(self, send: Send, request_id: str) -> None:
         await self._reject(send, request_id, 413, f"body: larger than the limit of {self.max_body_bytes} bytes")
 
-    async def _unprocessable(self, send: Send, request_id: str, location: Location, problem: str) -> None:
-        """A 422 in FastAPI's validation shape, as every other 422 of the API."""
-        field = ".".join(str(part) for part in location if part not in ("body", "query", "path")) or location[0]
-        message = f"{field}: {problem} (which cannot be stored)"
-        detail = [{"loc": list(location), "msg": problem, "type": "value_error"}]
-        await self._reject(send, request_id, 422, message, detail)
-
-    async def _reject(self, send: Send, request_id: str, status_code: int, message: str, detail: Any = None) -> None:
-        body = json.dumps({"detail": message if detail is None else detail, "message": message}).encode()
+    async def _reject(self, send: Send, request_id: str, status_code: int, message: str) -> None:
+        body = json.dumps({"detail": message, "message": message}).encode()
         await send(
             {
                 "type": "http.response.start",

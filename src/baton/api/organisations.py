@@ -58,5 +58,9 @@ def patch(org_id: str, body: OrganisationPatch, store: StoreDep) -> Organisation
 
 @router.delete("/{org_id}", status_code=status.HTTP_204_NO_CONTENT, responses=UNKNOWN, dependencies=[security.ADMIN])
 def delete(org_id: str, store: StoreDep) -> Response:
+    """Delete the organisation **with its queues, tasks, schedules and plugin settings**: an operator's
+    explicit removal of its data, which cannot be undone. The KATalogus sync never deletes: it retires an
+    organisation KATalogus no longer lists (`retired_at`), keeping its history. One KATalogus still lists
+    comes back, empty, at its next poll."""
     organisations.delete_organisation(store, org_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

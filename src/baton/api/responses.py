@@ -10,28 +10,14 @@ from typing import Any
 import orjson
 from fastapi.responses import Response
 
-TASK_KEYS = (
-    "id",
-    "queue",
-    "scheduler_id",
-    "schedule_id",
-    "organisation",
-    "type",
-    "priority",
-    "status",
-    "hash",
-    "data",
-    "attempts",
-    "reason",
-    "created_at",
-    "modified_at",
-)
+from baton.core.queueing import TASK_FIELDS
+
 OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 
 
 def task_document(record: Mapping[str, Any]) -> dict[str, Any]:
     """Baton's task shape (`/queues/...`): `scheduler_id` is the queue id; `data` left as raw JSON text."""
-    document = {key: record[key] for key in TASK_KEYS if key != "queue"}
+    document = {key: record[key] for key in TASK_FIELDS}
     document["queue"] = record["scheduler_id"]
     if isinstance(document["data"], str):
         document["data"] = orjson.Fragment(document["data"])

@@ -10,7 +10,8 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
-from fastapi.routing import APIRoute
+
+from baton.api.security import AuthenticatedRoute
 
 
 class JsonRequest(Request):
@@ -21,7 +22,9 @@ class JsonRequest(Request):
         return self._json
 
 
-class JsonRoute(APIRoute):
+class JsonRoute(AuthenticatedRoute):
+    """Authenticated first (`AuthenticatedRoute`), then the body read as JSON by orjson."""
+
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 

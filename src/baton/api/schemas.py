@@ -7,10 +7,11 @@ import uuid
 from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
 from baton.core.filters import FilterTree, parse_filters
 from baton.core.model import OrganisationId, SchedulerState, SchedulerType, TaskStatus
+from baton.core.moments import in_range
 from baton.ingest.events import NOT_A_STRING
 
 __all__ = ["OrganisationId"]
@@ -29,7 +30,9 @@ def _iso_only(value: object) -> object:
 
 
 ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
-Moment = Annotated[datetime | date, BeforeValidator(_iso_only)]
+# Every date a request carries (listings' and searches' filters, a schedule's deadline) is this type:
+# out of the range every backend holds (core/moments.py), it is a 422 naming the field.
+Moment = Annotated[datetime | date, BeforeValidator(_iso_only), AfterValidator(in_range)]
 Priority = Annotated[int, Field(ge=-(2**31), le=2**31 - 1, description="Lower pops first."), NOT_A_STRING]
 TaskHash = Annotated[str, Field(min_length=1, max_length=256, description="Dedup key within the queue.")]
 
@@ -137,6 +140,11 @@ class OrganisationOut(BaseModel):
     weight: int
     max_in_flight: int | None
     created_at: datetime
+    retired_at: datetime | None = Field(
+        None,
+        description="When the KATalogus sync retired it (KATalogus no longer lists it): its schedulers do not run "
+        "and its queues take and hand out no task; its tasks and schedules stay readable. Null: active.",
+    )
 
 
 class QueueOut(BaseModel):

@@ -285,7 +285,7 @@ class UnhealthyError(BatonError):
 
 def _probe_read(live: bool, read: Callable[[], T]) -> T:
     """The probe's database read; with --live an unreachable database passes the probe."""
-    from baton.storage.liveness import DatabaseUnreachableError
+    from baton.storage.control.liveness import DatabaseUnreachableError
 
     try:
         return read()
@@ -319,7 +319,7 @@ def probe_director(live: Live = False, stale: Stale = 60.0, database_url: Databa
     renewed the row within --stale seconds. A standby writes nothing, so a hung standby passes.
     """
     from baton.core.heartbeat import is_overdue
-    from baton.storage.liveness import director_renewal
+    from baton.storage.control.liveness import director_renewal
 
     url = load_settings(database_url=database_url).database_url
     renewal = _probe_read(live, lambda: director_renewal(url))
@@ -341,7 +341,7 @@ def probe_worker(live: Live = False, stale: Stale = 60.0, database_url: Database
     ready; with --live that passes.
     """
     from baton.core.heartbeat import is_overdue
-    from baton.storage.liveness import worker_heartbeats
+    from baton.storage.control.liveness import worker_heartbeats
 
     url = load_settings(database_url=database_url).database_url
     heartbeats = _probe_read(live, lambda: worker_heartbeats(url, os.uname().nodename))

@@ -23,11 +23,11 @@ from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec, utcnow
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
+from baton.storage.control.leadership import DIRECTOR_ROLE, report_leadership
+from baton.storage.control.scheduler_leases import revoke_claims
+from baton.storage.control.scheduler_rows import all_specs, heartbeats
 from baton.storage.engine import Store
 from baton.storage.errors import DATABASE
-from baton.storage.leadership import DIRECTOR_ROLE, report_leadership
-from baton.storage.scheduler_leases import revoke_claims
-from baton.storage.scheduler_rows import all_specs, heartbeats
 
 log = get_logger("baton.director")
 # How often a standby asks for the lead when the lead is held in the database: its liveness lock is
@@ -175,6 +175,7 @@ class Director(BackgroundService):
             self.record_leadership()
             report = self.reconcile()
             report.requeued, report.failed = self.housekeeping.recover_stuck_tasks()
+            self.housekeeping.settle_retired_organisations()
         # Outside the office: stepping down need not wait for it, and a removal after a lost term
         # does no harm (whoever leads next removes the same tasks, each once).
         report.removed = self.housekeeping.tidy()

@@ -1,6 +1,7 @@
-"""Housekeeping: re-queue tasks whose runner went silent, remove finished tasks (and the inbox events
-consumed) past their retention (`BATON_TASK_RETENTION_DAYS`), and settle the pop receipts an API process
-remembered to settle once more but did not live to (service/receipts.py).
+"""Housekeeping: recover tasks nobody reports on (core/recovery.py), settle retired organisations
+(storage/control/organisation_sync.py), remove finished tasks and the inbox events consumed past their retention
+(`BATON_TASK_RETENTION_DAYS`, off by default; `BATON_EVENT_RETENTION_DAYS`), and settle the pop receipts
+an API process remembered to settle once more but did not live to (service/receipts.py).
 
 The leading director does both in each of its rounds (control/director.py). Where no director runs
 (`baton worker`s share the schedulers), a `Housekeeper` in every worker does it, and one worker at a
@@ -20,21 +21,22 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 
 from baton.control.leadership import DatabaseLeaseLeader, LeaderElector
 from baton.core.errors import DatabaseUnavailableError
 from baton.core.identity import process_location
 from baton.core.logging import get_logger
 from baton.core.model import utcnow
+from baton.core.recovery import RecoveryRule
 from baton.core.retention import pause_after, retention_cutoff
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
+from baton.storage.control.leadership import HOUSEKEEPER_LIVENESS_LOCK_KEY, HOUSEKEEPER_ROLE
+from baton.storage.control.organisation_sync import settle_retired
 from baton.storage.engine import Store
-from baton.storage.leadership import HOUSEKEEPER_LIVENESS_LOCK_KEY, HOUSEKEEPER_ROLE
-from baton.storage.receipts import delete_expired_keys, settle_remembered
-from baton.storage.retention import delete_consumed_events, delete_finished
-from baton.storage.tasks import requeue_stuck
+from baton.storage.queues.receipts import delete_expired_keys, settle_remembered
+from baton.storage.queues.retention import delete_consumed_events, delete_finished
+from baton.storage.queues.task_rows import recover_stuck
 
 log = get_logger("baton.housekeeping")
 
@@ -64,14 +66,17 @@ class Housekeeping:
         self.settings = settings
         self._stop = stop or threading.Event()  # cuts a round's pauses short
         self._clock = clock
+        self.rule = RecoveryRule.from_settings(settings)
 
     def round(self) -> HousekeepingReport:
         requeued, failed = self.recover_stuck_tasks()
+        self.settle_retired_organisations()
         return HousekeepingReport(requeued, failed, self.tidy())
 
     def tidy(self) -> int:
-        """What a round does besides recovering stuck tasks: remove what retention no longer keeps (how
-        many tasks), forget expired idempotency keys, settle remembered pop receipts."""
+        """What a round does besides recovering stuck tasks and settling retired organisations (what a
+        director does under its leadership): remove what retention no longer keeps (how many tasks),
+        forget expired idempotency keys, settle remembered pop receipts."""
         removed = self.remove_expired()
         self.forget_expired_keys()
         self.settle_remembered_pops()
@@ -92,28 +97,43 @@ class Housekeeping:
             return delete_expired_keys(session, utcnow())
 
     def recover_stuck_tasks(self) -> tuple[int, int]:
-        """Re-queue tasks whose runner went silent (SKIP LOCKED: safe even if two leaders overlap)."""
-        recovery = self.settings.recovery
-        cutoff = utcnow() - timedelta(seconds=recovery.task_timeout_seconds)
+        """Hand out again the dispatched tasks nobody started, fail the running ones past their limit
+        (core/recovery.py; SKIP LOCKED: safe even if two leaders overlap). (handed out again, failed)."""
         with self.store.control_session() as session:
-            requeued, failed = requeue_stuck(session, older_than=cutoff, max_attempts=recovery.task_max_attempts)
+            requeued, failed = recover_stuck(session, self.rule, utcnow())
         if requeued or failed:
             log.warning("recovered stuck tasks", requeued=requeued, failed=failed)
         return requeued, failed
 
+    def settle_retired_organisations(self) -> tuple[int, int]:
+        """Retired organisations keep nothing queued and nothing claimed (storage/control/organisation_sync.py):
+        a task back in a retired queue since (a runner handed it back, recovery handed it out again) is
+        cancelled, a claim taken meanwhile revoked. (cancelled, revoked)."""
+        with self.store.control_session() as session:
+            cancelled, revoked = settle_retired(session, utcnow())
+        if cancelled or revoked:
+            log.info("settled retired organisations", cancelled_tasks=cancelled, revoked_claims=revoked)
+        return cancelled, revoked
+
     def remove_expired(self, seconds: float = RETENTION_SECONDS_PER_ROUND) -> int:
-        """Remove finished tasks past their retention, batch by batch, for about `seconds` at most
-        (the rest waits for the next round); how many were removed."""
-        cutoff = retention_cutoff(utcnow(), self.settings.recovery.task_retention_days)
-        if cutoff is None:
+        """Remove finished tasks past their retention (BATON_TASK_RETENTION_DAYS) and consumed events past
+        theirs (BATON_EVENT_RETENTION_DAYS), batch by batch, for about `seconds` at most (the rest waits
+        for the next round); how many tasks were removed."""
+        now, recovery = utcnow(), self.settings.recovery
+        task_cutoff = retention_cutoff(now, recovery.task_retention_days)
+        event_cutoff = retention_cutoff(now, recovery.event_retention_days)
+        if task_cutoff is None and event_cutoff is None:
             return 0
         deadline = self._clock() + seconds
         removed = events = 0
         while not self._stop.is_set():
             started = self._clock()
+            batch = event_batch = 0
             with self.store.session() as session:
-                batch = delete_finished(session, cutoff, RETENTION_BATCH)
-                event_batch = delete_consumed_events(session, cutoff, RETENTION_BATCH)
+                if task_cutoff is not None:
+                    batch = delete_finished(session, task_cutoff, RETENTION_BATCH)
+                if event_cutoff is not None:
+                    event_batch = delete_consumed_events(session, event_cutoff, RETENTION_BATCH)
             removed += batch
             events += event_batch
             pause = pause_after(self._clock() - started, RETENTION_SHARE)

@@ -1,7 +1,7 @@
 """Leader election: only one director reconciles at a time, and only for a bounded time without
 renewing.
 
-`DatabaseLeaseLeader` holds a lease row in the database (storage/leadership.py): renewed every retry
+`DatabaseLeaseLeader` holds a lease row in the database (storage/control/leadership.py): renewed every retry
 period, taken over by a conditional UPDATE once expired, every takeover a new term. The holder
 stops acting when it could not renew within the renew deadline, which comes before the lease ends,
 so in normal operation two terms never overlap; when they do (a frozen process resumes), fencing
@@ -9,7 +9,7 @@ refuses the old term's writes. kubernetes.py adds a `coordination.k8s.io` Lease 
 same interface.
 
 On PostgreSQL the leader also holds a session advisory lock on a connection of its own
-(`LivenessLock`, storage/leadership.py), as a fast liveness signal only: the server frees it the
+(`LivenessLock`, storage/control/leadership.py), as a fast liveness signal only: the server frees it the
 moment the holder's connection dies (SIGKILL, node lost, connection terminated), so a standby that
 gets the lock takes the lease over at once instead of waiting for it to expire, provided the lease
 row says its holder had the lock (a leader that took over from a frozen one may not have it yet). A
@@ -28,8 +28,7 @@ from baton.core.errors import DatabaseUnavailableError
 from baton.core.leases import past_renew_deadline
 from baton.core.logging import get_logger
 from baton.core.settings import LeaseSettings
-from baton.storage.engine import Store
-from baton.storage.leadership import (
+from baton.storage.control.leadership import (
     DIRECTOR_ROLE,
     LIVENESS_LOCK_KEY,
     LivenessLock,
@@ -37,6 +36,7 @@ from baton.storage.leadership import (
     renew_leadership,
     try_acquire_leadership,
 )
+from baton.storage.engine import Store
 
 log = get_logger("baton.leader")
 

@@ -28,9 +28,9 @@ from baton.core.model import SchedulerSpec, SchedulerState
 from baton.ingest.ownership import owner_prefix
 from baton.ingest.registry import build_scheduler
 from baton.ingest.scheduler import Scheduler, SchedulerContext
+from baton.storage.control.scheduler_leases import Claim, mark_failed_unless_claimed
 from baton.storage.engine import Store
 from baton.storage.errors import DATABASE
-from baton.storage.scheduler_leases import Claim, mark_failed_unless_claimed
 
 log = get_logger("baton.runners")
 STABLE_AFTER_SECONDS = 30.0

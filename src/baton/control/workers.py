@@ -8,7 +8,7 @@ Rounds come every second while the shares change, and every few seconds once the
 joining, leaving or giving schedulers up, and an organisation created or deleted, wake every worker
 at once (LISTEN/NOTIFY), and a peer that dies is noticed when its leases end.
 Its schedulers take turns on a few threads (control/tickpool.py); their leases and fencing are the
-same as a director's (storage/scheduler_leases.py, ingest/ownership.py), so a scheduler never runs in two
+same as a director's (storage/control/scheduler_leases.py, ingest/ownership.py), so a scheduler never runs in two
 places at once. SIGTERM releases everything first, so peers pick it up on their next round.
 """
 
@@ -24,15 +24,15 @@ from baton.core.model import SchedulerSpec
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService
 from baton.ingest.scheduler import SchedulerContext
-from baton.storage.engine import Store
-from baton.storage.pool_changes import PoolChanges, announce_pool_change
-from baton.storage.workers import (
+from baton.storage.control.pool_changes import PoolChanges, announce_pool_change
+from baton.storage.control.workers import (
     count_schedulers,
     heartbeat_worker,
     live_workers,
     remove_worker,
     seconds_until_a_peer_lease_ends,
 )
+from baton.storage.engine import Store
 
 log = get_logger("baton.worker")
 RUNNER_NAME = "worker"

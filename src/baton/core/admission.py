@@ -10,8 +10,8 @@ that schedulers make go through these two), and an operator's requeue.
 3. A queue holding `maxsize` queued tasks (0: no limit) takes no new one: 429 (`QueueFullError`).
    A twin that takes a new priority does not add a task, so a full queue still reprioritises.
 
-The PostgreSQL push decides the same in SQL, in its one statement (`storage/statements.py`,
-`push_postgresql`); its answer is read through `admit` (`storage/push.py`), and an integration test
+The PostgreSQL push decides the same in SQL, in its one statement (`storage/queues/statements.py`,
+`push_postgresql`); its answer is read through `admit` (`storage/queues/push.py`), and an integration test
 checks that the two agree case by case.
 """
 

@@ -1,6 +1,6 @@
 """Rules of a plugin catalogue read from KATalogus (no I/O): what a listing says, which boefjes it
 newly enables, which boefje runs on which scan-profile operation, which organisations a listing
-removes."""
+retires and which it brings back."""
 
 from __future__ import annotations
 
@@ -79,10 +79,20 @@ def scan_levels_for(scan_level: int) -> range:
     return range(max(scan_level, 0), len(SCAN_LEVELS))
 
 
-def organisations_to_remove(listed: Collection[str], from_katalogus: Collection[str]) -> set[str]:
-    """The organisations KATalogus created here that its listing no longer has. None when it lists no
+def organisations_to_retire(listed: Collection[str], from_katalogus: Collection[str]) -> set[str]:
+    """The organisations KATalogus created here (and are active) that its listing no longer has: they
+    are retired, never deleted (their tasks and schedules stay readable). None when it lists no
     organisation at all: a KATalogus that lost its database (or is not set up yet) answers that, and it
-    must not remove every organisation; the last one goes by hand."""
+    must not retire every organisation; the last one goes by hand."""
     if not listed:
         return set()
     return set(from_katalogus) - set(listed)
+
+
+def organisations_to_restore(listed: Collection[str], retired: Collection[str]) -> set[str]:
+    """Retired organisations the listing has again: they come back, with their history."""
+    return set(retired) & set(listed)
+
+
+# The reason of a queued task its organisation's retirement cancelled.
+RETIRED_TASK_REASON = "organisation retired: KATalogus no longer lists it"

@@ -8,10 +8,10 @@
 A pop by type takes ties of priority by this tag, so backlogged organisations are served round
 robin (weight w: w/sum of the weights), and a quiet organisation's task starts at the head: it
 cannot bank credit while idle. The `min` bounds an organisation's lead over the head by its own
-backlog (`storage/statements.py` says why at length).
+backlog (`storage/queues/statements.py` says why at length).
 
-The same arithmetic runs in SQL in the push statements (`storage/statements.py`, `_new_tag`) and
-here for the batched push (`storage/batch_push.py`), which plans a batch's tags in Python.
+The same arithmetic runs in SQL in the push statements (`storage/queues/statements.py`, `_new_tag`) and
+here for the batched push (`storage/queues/batch_push.py`), which plans a batch's tags in Python.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from baton.core.errors import FilterError
+from baton.core.moments import RANGE, within_range
 
 OPERATORS = ("eq", "ne", "lt", "le", "gt", "ge", "in", "not_in", "like", "ilike", "contains")
 OPERATOR_ALIASES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
@@ -235,6 +236,8 @@ def _column_scalar(column: str, kind: ColumnKind, value: Any, where: str, what: 
             moment = datetime.fromisoformat(text)
         except ValueError as exc:
             raise FilterError(f"{where}: column '{column}' holds ISO 8601 timestamps; {text!r} is not one") from exc
+        if not within_range(moment):
+            raise FilterError(f"{where}: {text!r} is out of range: a moment {RANGE}")
         return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
     return text
 

@@ -1,5 +1,5 @@
 """What Baton says about an outside service (KATalogus, Octopoes, Bytes) from what its callers recorded
-(storage/outside_services.py): up, down (since when), or unknown.
+(storage/scheduling/service_states.py): up, down (since when), or unknown.
 
 Callers record a service's state when it changes and again at least once per KATalogus poll while they
 keep calling it. A record older than `STALE_POLLS` polls is no longer news: nobody has called the service

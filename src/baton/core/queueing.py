@@ -18,24 +18,6 @@ from baton.core.filters import FilterTree
 
 Outcome = Literal["created", "updated", "duplicate"]
 
-# A task as every statement returns it, in this order: the one list of a task's public columns (storage
-# selects them, the API answers them).
-TASK_FIELDS = (
-    "id",
-    "scheduler_id",
-    "schedule_id",
-    "organisation",
-    "type",
-    "priority",
-    "status",
-    "hash",
-    "data",
-    "attempts",
-    "reason",
-    "created_at",
-    "modified_at",
-)
-
 
 class TaskRow(TypedDict):
     """One task as storage returns it. `data` is JSON text where the answer passes it through untouched
@@ -54,6 +36,11 @@ class TaskRow(TypedDict):
     reason: str | None
     created_at: datetime
     modified_at: datetime
+
+
+# A task's public columns, in this order: what every statement returns about a task and every answer
+# shows (with the queue's id).
+TASK_FIELDS: tuple[str, ...] = tuple(TaskRow.__annotations__)
 
 
 @dataclass(frozen=True)
@@ -98,7 +85,7 @@ class PopShape:
 class PopPlan:
     """How one pop runs. `shape`: its statement. `filters`: compiled for this pop (not a statement kept
     compiled). `keyed`: with an idempotency key, in a transaction that remembers it. `batched`: shares a
-    statement with the concurrent pops of its target (storage/popbatch.py)."""
+    statement with the concurrent pops of its target (storage/queues/popbatch.py)."""
 
     shape: PopShape
     filters: FilterTree | None
@@ -116,7 +103,7 @@ def plan_pop(request: PopRequest, *, caps: bool, deduplicate: bool, batching: bo
 
     - A boefje pop of more than one task with deduplication on hands out a deduplication group together
       (`together`), unless it carries a key (a keyed pop is the plain pop, remembered).
-    - Filters are compiled for the pop; a key makes it a transaction of its own (storage/receipts.py).
+    - Filters are compiled for the pop; a key makes it a transaction of its own (storage/queues/receipts.py).
     - Only a plain pop without filters, key or caps is batched with its target's concurrent pops (with
       caps each pop counts the organisation's tasks in flight itself; a group has its own head)."""
     target = request.target

@@ -13,7 +13,7 @@ instead of new ones, as Amazon SQS's ReceiveRequestAttemptId does. Those tasks a
 new attempt's receipt, so settling the old one leaves them alone.
 
 The rules here are pure: the key's shape, where a key applies and until when, and what a settlement
-names. Storage (`storage/receipts.py`) writes them; the queue service decides when.
+names. Storage (`storage/queues/receipts.py`) writes them; the queue service decides when.
 """
 
 from __future__ import annotations

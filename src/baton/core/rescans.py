@@ -1,10 +1,10 @@
 """Rules of periodic rescans (no I/O): when a boefje's schedule is next due, and what the checks of a due
 schedule decide (run it, disable it and say why, or leave it for the next round).
 
-mula's rules, without its weaknesses: a schedule disabled for a reason is enabled again when the reason
-goes away (the plugin is enabled again, the object is back at a sufficient level), a skipped schedule is
-not left due (it is looked at again next round, never in a loop), and a cancelled task blocks nothing (the
-grace period counts from when the last task was queued, whatever became of it).
+A schedule disabled for a reason is enabled again when the reason goes away (the plugin is enabled again,
+the object is back at a sufficient level), a skipped schedule is not left due (it is looked at again next
+round, never in a loop), and a cancelled task blocks nothing (the grace period counts from when the last
+task was queued, whatever became of it). docs/openkat.md compares them with mula's.
 """
 
 from __future__ import annotations
@@ -133,6 +133,15 @@ class ObjectView:
 def object_type_of(reference: str) -> str:
     """An object's type from its reference ("Hostname|internet|example.com" -> "Hostname")."""
     return reference.split("|", 1)[0]
+
+
+def judge_without_object(boefje_id: str, plugin: PluginView | None) -> Verdict:
+    """The checks of a due schedule whose job has no object (`input_ooi`): the plugin's only. Such a job
+    runs the boefje on nothing in particular: there is no object to have vanished or to check the level
+    of, so it is queued again (as mula does), not disabled."""
+    if plugin is None:
+        return Verdict(Outcome.DISABLE, PLUGIN_NOT_ENABLED, f"boefje '{boefje_id}' is not enabled")
+    return RUN
 
 
 def judge(boefje_id: str, plugin: PluginView | None, seen: ObjectView | None) -> Verdict:

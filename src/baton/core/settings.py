@@ -54,7 +54,9 @@ class OpenKatNames(PydanticBaseSettingsSource):
         return None, field_name, False  # __call__ reads every name at once
 
     def __call__(self) -> dict[str, Any]:
-        environment = {name.upper(): value for name, value in os.environ.items()}
+        # An empty value counts as unset: OpenKAT's configuration templates (its `.env-dist`,
+        # `/etc/kat/mula.conf`) carry `QUEUE_URI=`, `SCHEDULER_DB_URI=` lines left to fill in.
+        environment = {name.upper(): value for name, value in os.environ.items() if value.strip()}
         return {field: environment[name] for field, name in self.names.items() if name in environment}
 
 
@@ -170,18 +172,44 @@ class RecoverySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BATON_", extra="ignore")
 
     task_timeout_seconds: float = Field(
-        1800, gt=0, description="A dispatched/running task without an update for this long is re-queued."
+        1800,
+        gt=0,
+        description="A dispatched task no runner started (no status change) within this long is handed out "
+        "again as a new task; the old one is cancelled, so a runner that still holds it can no longer start it. "
+        "Running tasks are not, unless BATON_REQUEUE_RUNNING_TASKS is on.",
     )
     task_max_attempts: int = Field(
-        3, ge=1, description="Re-queues before a stuck task is marked `failed` with the reason."
+        3, ge=1, description="Hand-outs by the task timeout before a task is marked `failed` with the reason."
+    )
+    running_task_limit_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="A running task with no end reported after this long is marked `failed` with the reason, so "
+        "that its object is scanned again at its next rescan; unset: BATON_GRACE_PERIOD_SECONDS; 0: never. "
+        "OpenKAT's runners report only when a task starts and when it ends: keep it above the longest run.",
+    )
+    requeue_running_tasks: bool = Field(
+        False,
+        description="Also hand out again a running task without an update for BATON_TASK_TIMEOUT_SECONDS (up to "
+        "BATON_TASK_MAX_ATTEMPTS; the rule before): for runners whose every run is shorter than the timeout, so "
+        "that a silent running task means a dead runner. Not for OpenKAT's: with it on, a run longer than the "
+        "timeout is run a second time.",
     )
     task_retention_days: int = Field(
+        0,
+        ge=0,
+        description="0 (the default) keeps every task, as mula does. Otherwise completed, failed and cancelled "
+        "tasks are deleted this many days after their last change, in small batches beside the pops and pushes; "
+        "OpenKAT's web UI then no longer lists or counts them, and their pages (and the reschedule of an old "
+        "task) answer 'not found'. Schedules and the record of when each boefje last ran on an object (rescans, "
+        "the grace period) are kept.",
+    )
+    event_retention_days: int = Field(
         30,
         ge=0,
-        description="Completed, failed and cancelled tasks (and consumed inbox events) are deleted this many "
-        "days after their last change, in small batches beside the pops and pushes; 0 keeps every task. "
-        "Schedules and the record of when each "
-        "boefje last ran on an object (rescans, the grace period) are kept.",
+        description="Inbox events a scheduler consumed (made into tasks, or kept as dead letters) are deleted this "
+        "many days after they were consumed, whatever the tasks' retention; 0 keeps them. Events not yet consumed "
+        "are never deleted.",
     )
 
 
@@ -265,6 +293,15 @@ OPENKAT_SERVICE_NAMES = {
 }
 
 
+# mula's own variables for Settings' fields (its `/etc/kat/mula.conf`, its compose service's `.env`):
+# where it kept its state and where it listened, so rocky and the runners find Baton at mula's address.
+OPENKAT_SCHEDULER_NAMES = {
+    "database_url": "SCHEDULER_DB_URI",
+    "host": "SCHEDULER_API_HOST",
+    "port": "SCHEDULER_API_PORT",
+}
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BATON_", extra="ignore")
 
@@ -272,10 +309,14 @@ class Settings(BaseSettings):
         DEFAULT_DATABASE_URL,
         description="The store: `sqlite:///path/baton.db` (one process), or PostgreSQL as a URL "
         "(`postgresql://user@host:port/db`; several hosts too, as `pg_autoctl show uri` prints them) or a libpq "
-        "key/value string; what it leaves out comes from the PG* variables.",
+        "key/value string; what it leaves out comes from the PG* variables (also SCHEDULER_DB_URI, mula's).",
     )
-    host: str = Field("127.0.0.1", description="Address the HTTP API listens on.")
-    port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API listens on.")
+    host: str = Field(
+        "127.0.0.1", description="Address the HTTP API listens on (also SCHEDULER_API_HOST, where mula listened)."
+    )
+    port: int = Field(
+        8000, ge=1, le=65535, description="Port the HTTP API listens on (also SCHEDULER_API_PORT, mula's port)."
+    )
     workers: int = Field(
         1, ge=1, le=64, description="API processes of one `baton serve` (its director runs once, in the parent)."
     )
@@ -389,7 +430,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources = (init_settings, env_settings, dotenv_settings, file_secret_settings)
-        return with_openkat_names(settings_cls, {"database_url": "SCHEDULER_DB_URI"}, *sources)
+        return with_openkat_names(settings_cls, OPENKAT_SCHEDULER_NAMES, *sources)
 
     @model_validator(mode="before")
     @classmethod

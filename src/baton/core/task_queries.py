@@ -1,5 +1,5 @@
 """What a list of tasks asks for: the API's listing (OpenKAT's query parameters) and the status page's
-keyset pages. Storage turns these into SQL (`storage/task_pages.py`)."""
+keyset pages. Storage turns these into SQL (`storage/queues/task_pages.py`)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from pydantic import ValidationError
 
@@ -13,8 +14,8 @@ from baton.core.errors import NotFoundError, QueueDisabledError, QueueFullError,
 from baton.core.model import SchedulerSpec
 from baton.ingest.events import AnyEvent, Delivery, EventSource, event_organisation, parse_event
 from baton.ingest.scheduler import Scheduler, SchedulerContext
+from baton.storage.control.scheduler_leases import Claim
 from baton.storage.engine import Session
-from baton.storage.scheduler_leases import Claim
 
 # What makes one event of a batch unhandleable now: the batch is then handled one event at a time.
 EVENT_FAILURES = (QueueFullError, UnprocessableError, NotFoundError, QueueDisabledError)
@@ -54,7 +55,7 @@ class EventDrivenScheduler(Scheduler):
         """Less than a batch received, every newer event announced, and announcements heard: on
         PostgreSQL while its process listens, a new event wakes it at once (and the process looks for
         unconsumed events every few poll intervals besides). On SQLite, or while the listener is
-        away, only the look every poll interval would: it takes its next turn at once, as before."""
+        away, only the look every poll interval would: it takes its next turn at once."""
         return self._drained and self.inputs_announced() and self.context.wakeups().listening
 
     def teardown(self) -> None:
@@ -62,6 +63,10 @@ class EventDrivenScheduler(Scheduler):
             self.source.close()
 
     def tick(self) -> int:
+        return self.handle_events(self.planning.clock())
+
+    def handle_events(self, now: datetime) -> int:
+        """One batch from the source, handled in one transaction at the turn's `now`; the events handled."""
         if self.source is None:
             return 0
         received: Sequence[Delivery] = []
@@ -70,7 +75,7 @@ class EventDrivenScheduler(Scheduler):
             with self.transaction() as session:
                 received = self.source.receive(session, self.batch_size)
                 self._drained = len(received) < self.batch_size
-                settlement = self._handle_deliveries(session, received)
+                settlement = self._handle_deliveries(session, received, now)
         except Exception:
             for delivery in received:
                 delivery.nack()
@@ -84,7 +89,7 @@ class EventDrivenScheduler(Scheduler):
             self.pause(self.settings.timing.poll_interval_seconds)
         return len(settlement.handled)
 
-    def _handle_deliveries(self, session: Session, deliveries: Sequence[Delivery]) -> Settlement:
+    def _handle_deliveries(self, session: Session, deliveries: Sequence[Delivery], now: datetime) -> Settlement:
         settlement = Settlement()
         parsed: list[tuple[Delivery, AnyEvent]] = []
         for delivery in deliveries:
@@ -97,9 +102,9 @@ class EventDrivenScheduler(Scheduler):
             return settlement
         try:
             with session.begin_nested():
-                self.handle_batch(session, [event for _, event in parsed])
+                self.handle_batch(session, [event for _, event in parsed], now)
         except EVENT_FAILURES:
-            self._handle_one_by_one(session, parsed, settlement)
+            self._handle_one_by_one(session, parsed, settlement, now)
             return settlement
         for delivery, _ in parsed:
             delivery.settle(session)
@@ -107,19 +112,19 @@ class EventDrivenScheduler(Scheduler):
         return settlement
 
     def _handle_one_by_one(
-        self, session: Session, parsed: Sequence[tuple[Delivery, AnyEvent]], settlement: Settlement
+        self, session: Session, parsed: Sequence[tuple[Delivery, AnyEvent]], settlement: Settlement, now: datetime
     ) -> None:
         for index, (delivery, event) in enumerate(parsed):
-            if not self._handle_event(session, delivery, event):
+            if not self._handle_event(session, delivery, event, now):
                 settlement.deferred.extend(delivery for delivery, _ in parsed[index:])
                 return
             settlement.handled.append(delivery)
 
-    def _handle_event(self, session: Session, delivery: Delivery, event: AnyEvent) -> bool:
+    def _handle_event(self, session: Session, delivery: Delivery, event: AnyEvent, now: datetime) -> bool:
         """Handle one event in a savepoint. False: the queue is full, stop this batch."""
         try:
             with session.begin_nested():
-                self.handle(session, event)
+                self.handle_batch(session, [event], now)
         except QueueFullError:
             self.log.warning("queue full; event deferred")
             return False
@@ -137,14 +142,10 @@ class EventDrivenScheduler(Scheduler):
         if row is not None:
             row.error = reason
 
-    def handle(self, session: Session, event: AnyEvent) -> list[dict[str, object]]:
-        """Create the tasks one event calls for."""
-        return self.handle_batch(session, [event])
-
     @abstractmethod
-    def handle_batch(self, session: Session, events: Sequence[AnyEvent]) -> list[dict[str, object]]:
-        """Create the tasks these events call for, exactly as handling them one after another would;
-        raise as `handle` would for the first event that cannot be handled."""
+    def handle_batch(self, session: Session, events: Sequence[AnyEvent], now: datetime) -> list[dict[str, object]]:
+        """Create the tasks these events call for at `now`, exactly as handling them one after another
+        would; raise as handling it alone would for the first event that cannot be handled."""
 
     def check_organisation(self, event: AnyEvent) -> None:
         named = event_organisation(event)

@@ -23,8 +23,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
 from baton.core.jobs import Boefje, BoefjeMeta, OpenKatOrganisation, RawData
 from baton.core.model import OrganisationId, SchedulerType, scheduler_id_for
-from baton.storage import inbox
 from baton.storage.engine import Session
+from baton.storage.scheduling import inbox
 from baton.storage.tables import Event
 
 

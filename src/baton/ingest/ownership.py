@@ -12,7 +12,7 @@ it over (one overdue between turns only when no turn of the process ended meanwh
 burst of events thousands wait for a few threads, and waiting is not hanging). When the holder
 cannot be renewed within the renew deadline (database unreachable, process frozen) every scheduler
 is told to stop, before the lease can expire and someone else takes over. Fencing (every write
-checked against the claim, storage/scheduler_leases.py) covers whatever slips between the two.
+checked against the claim, storage/control/scheduler_leases.py) covers whatever slips between the two.
 When the database comes back from an outage the leases are renewed at once, not at the next round.
 """
 
@@ -30,11 +30,11 @@ from baton.core.errors import DatabaseUnavailableError
 from baton.core.leases import hung_before, past_renew_deadline
 from baton.core.logging import get_logger
 from baton.core.settings import LeaseSettings
-from baton.storage import scheduler_leases
+from baton.storage.control import scheduler_leases
+from baton.storage.control.pool_changes import announce_pool_change
+from baton.storage.control.scheduler_leases import Claim
 from baton.storage.engine import Store
 from baton.storage.errors import DATABASE
-from baton.storage.pool_changes import announce_pool_change
-from baton.storage.scheduler_leases import Claim
 
 log = get_logger("baton.ownership")
 # A claim no scheduler took up within this many leases was forgotten by its claimant (runners give up
@@ -187,7 +187,7 @@ class Ownership:
 
     def _end_lapsed_lockers(self) -> None:
         """Rows we could not claim may be locked by a frozen process past its lease: end its
-        transaction, so the next round claims them (storage/scheduler_leases.py explains when that happens)."""
+        transaction, so the next round claims them (storage/control/scheduler_leases.py explains when that happens)."""
         with self.store.control_session() as session:
             ended = scheduler_leases.end_lapsed_lockers(session)
         if ended:

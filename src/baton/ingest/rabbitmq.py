@@ -51,9 +51,9 @@ from baton.ingest.events import (
     parse_event,
     target_scheduler,
 )
+from baton.storage.control.organisations import adopt_organisation
 from baton.storage.engine import Session, Store
 from baton.storage.errors import DATABASE
-from baton.storage.organisations import adopt_organisation
 
 log = get_logger("baton.messaging")
 

@@ -7,7 +7,7 @@ from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.ingest.planners.normalizer import NormalizerScheduler
 from baton.ingest.planners.report import ReportScheduler
 from baton.ingest.scheduler import Scheduler, SchedulerContext
-from baton.storage.scheduler_leases import Claim
+from baton.storage.control.scheduler_leases import Claim
 
 SCHEDULER_CLASSES: dict[SchedulerType, type[Scheduler]] = {
     SchedulerType.BOEFJE: BoefjeScheduler,

@@ -5,12 +5,13 @@ a `SchedulerContext` (store, settings, where it runs, where its events come from
 
 This module is what every scheduler shares: its lifecycle (claim, take, begin, step, end), the one
 way it writes (a fenced transaction), pauses and back-off. event_driven.py turns events into work;
-planners/ holds what each type of scheduler makes of them; registry.py builds one by its type.
+planners/ holds what each type of scheduler makes of them, each planner given a `Planning`
+(planning.py), never the scheduler; registry.py builds one by its type.
 
 An idle scheduler whose inputs its process looks for (the database inbox, schedules: wakeups.py)
 pauses until it is woken, not for a poll interval: ten thousand organisations' schedulers then cost
 next to nothing while nothing happens. Other sources (RabbitMQ, in-process queues) are polled every
-poll interval, as before.
+poll interval.
 """
 
 from __future__ import annotations
@@ -28,21 +29,20 @@ from typing import TYPE_CHECKING, ClassVar
 from structlog.typing import FilteringBoundLogger
 
 from baton.core.errors import DatabaseUnavailableError, FencedError
-from baton.core.logging import get_logger
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcnow
 from baton.core.settings import Settings
-from baton.ingest.catalogue import DatabaseCatalogue, PluginCatalogue
+from baton.ingest.catalogue.lookups import DatabaseCatalogue, PluginCatalogue
 from baton.ingest.events import DatabaseInbox, EventSource
 from baton.ingest.ownership import Ownership
+from baton.ingest.planning import Planning, scheduler_log
 from baton.ingest.wakeups import InputWakeups
+from baton.storage.control.scheduler_leases import Claim, fenced_before_first_write
 from baton.storage.engine import Session, Store
 from baton.storage.errors import DATABASE
-from baton.storage.scheduler_leases import Claim, fenced_before_first_write
 
 if TYPE_CHECKING:  # only a process with KATalogus configured loads the HTTP clients
-    from baton.ingest.katalogus import KatalogusLink
+    from baton.ingest.outside_links import OutsideLinks
 
-log = get_logger("baton.schedulers")
 # A scheduler that met a database outage tries again this soon (or sooner: its poll interval), so it
 # resumes within a second of the database taking writes; the outage is logged once per process
 # (storage/errors.py's tracker), never per attempt.
@@ -69,7 +69,7 @@ class SchedulerContext:
     catalogue: PluginCatalogue = field(default_factory=DatabaseCatalogue)
     clock: Callable[[], datetime] = utcnow
     ownership: Ownership | None = None  # shared by the schedulers of one process; made on first use
-    katalogus: KatalogusLink | None = None  # KATalogus as the catalogue (katalogus.py); None: Baton's own
+    links: OutsideLinks | None = None  # KATalogus as the catalogue, Octopoes, Bytes; None: Baton's own
     input_wakeups: InputWakeups | None = None  # likewise
 
     def leases(self) -> Ownership:
@@ -110,6 +110,17 @@ class Scheduler(ABC):
         self._pause = 0.0
         self._woken = False  # input arrived since its turn began: the next turn comes at once
         self.waker: Callable[[], None] | None = None  # how whoever runs it brings its next turn forward
+        self.planning = Planning(
+            spec,
+            context.settings,
+            context.store,
+            context.catalogue,
+            context.clock,
+            self.transaction,
+            self.pause,
+            context.runner,
+            context.links,
+        )
 
     @property
     def id(self) -> str:
@@ -133,8 +144,7 @@ class Scheduler(ABC):
 
     @property
     def log(self) -> FilteringBoundLogger:
-        """Bound when something is logged: tens of thousands of idle schedulers keep no logger each."""
-        return log.bind(scheduler=self.spec.id, runner=self.context.runner)
+        return scheduler_log(self.spec.id, self.context.runner)
 
     # -- ownership (Lessee) -------------------------------------------------------------------------
 
@@ -155,7 +165,7 @@ class Scheduler(ABC):
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """The one way a scheduler writes: one transaction in which its first write is preceded by
-        the fencing check of its claim (storage/scheduler_leases.py), so nothing commits once another term
+        the fencing check of its claim (storage/control/scheduler_leases.py), so nothing commits once another term
         holds the row. A round that only reads (an empty inbox) costs no check."""
         if self._lost is not None:
             raise FencedError(self._lost)

@@ -4,7 +4,7 @@ An idle scheduler does not look for work itself: it waits until it is woken. Its
 looking for all of them at once:
 
 - on PostgreSQL, notifications name the scheduler whose inbox got an event or whose schedule became
-  due (storage/inputs.py, one LISTEN connection per process): it is woken at once;
+  due (storage/scheduling/inputs.py, one LISTEN connection per process): it is woken at once;
 - every poll interval, one statement finds every scheduler with a due schedule (deadlines come
   without anyone writing) and, while notifications are not heard (SQLite; PostgreSQL during an
   outage), every scheduler with an unconsumed event; while they are heard, events are looked for only
@@ -22,7 +22,7 @@ from baton.core.errors import DatabaseUnavailableError
 from baton.core.logging import get_logger
 from baton.core.model import utcnow
 from baton.storage.engine import Store
-from baton.storage.inputs import InputListener, schedulers_with_input
+from baton.storage.scheduling.inputs import InputListener, schedulers_with_input
 
 log = get_logger("baton.wakeups")
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from baton.core.outages import Outage
 from baton.core.settings import OpenKatSettings
 from baton.openkat.bytes import BytesClient
-from baton.openkat.http import Observer, Outage, RetryPolicy, ServiceClient
+from baton.openkat.http import Observer, RetryPolicy, ServiceClient
 from baton.openkat.katalogus import KatalogusClient
 from baton.openkat.octopoes import OctopoesClient
 

@@ -69,16 +69,18 @@ class BytesClient:
                 return
             offset += page_size
 
-    def last_run(self, organisation_id: str, boefje_id: str, input_ooi: str) -> BoefjeMeta | None:
-        """The boefje's latest run on one object (mula's `get_last_run_boefje`: one call per object; the
-        rescans use `boefje_runs` instead)."""
-        params = {
+    def last_run(self, organisation_id: str, boefje_id: str, input_ooi: str | None) -> BoefjeMeta | None:
+        """The boefje's latest run on one object (mula's `get_last_run_boefje`: one call per object; many
+        objects of one boefje are better read with `boefje_runs`); `input_ooi` None: its latest run without
+        an object (Bytes then filters on its absence)."""
+        params: dict[str, Any] = {
             "organization": organisation_id,
             "boefje_id": boefje_id,
-            "input_ooi": input_ooi,
             "limit": 1,
             "descending": "true",
         }
+        if input_ooi is not None:
+            params["input_ooi"] = input_ooi
         runs = self._fetch("/bytes/boefje_meta", params)
         return runs[0] if runs else None
 

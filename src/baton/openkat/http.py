@@ -1,5 +1,6 @@
 """One HTTP client per outside service: pooled connections, timeouts, retries with capped backoff,
-and an outage tracker that logs once when the service starts failing and once when it answers again.
+and an outage tracker (core/outages.py) that logs once when the service starts failing and once when
+it answers again.
 
 A call either returns what the service answered (parsed) or raises `OutsideServiceError` after its
 retries; it never logs a traceback per attempt. Retried: connection errors, timeouts and 5xx answers.
@@ -10,7 +11,6 @@ asks for `fetch_or_none` (an object that does not exist).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,7 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 from baton.core.backoff import Backoff
 from baton.core.diagnosis import reason as connection_reason
 from baton.core.errors import OutsideServiceError
-from baton.core.logging import get_logger
+from baton.core.outages import service_outages
 
 T = TypeVar("T")
 Outcome = Literal["ok", "retry", "error"]
@@ -43,48 +43,6 @@ class RetryPolicy:
     retries: int = 3
     initial: float = 0.2
     maximum: float = 5.0
-
-
-@dataclass(frozen=True)
-class Outage:
-    service: str
-    since: float  # wall-clock epoch seconds of the first failed call
-    reason: str
-
-
-class OutageTracker:
-    """Whether a service is failing, since when and why; one log line when it starts, one when it ends."""
-
-    def __init__(self, service: str, url: str) -> None:
-        self.service = service
-        self.url = url
-        self._lock = threading.Lock()
-        self._outage: Outage | None = None
-        self._started = 0.0  # monotonic, for the duration
-
-    @property
-    def current(self) -> Outage | None:
-        return self._outage
-
-    def failed(self, reason: str) -> None:
-        with self._lock:
-            if self._outage is not None:
-                return
-            self._outage = Outage(self.service, time.time(), reason)
-            self._started = time.monotonic()
-        get_logger("openkat").warning("outside service failing", service=self.service, url=self.url, reason=reason)
-
-    def answered(self) -> None:
-        if self._outage is None:  # the common case, without the lock
-            return
-        with self._lock:
-            if self._outage is None:
-                return
-            self._outage = None
-            duration = time.monotonic() - self._started
-        get_logger("openkat").info(
-            "outside service answering again", service=self.service, url=self.url, outage_seconds=round(duration, 1)
-        )
 
 
 class Unauthorized(Exception):
@@ -108,7 +66,7 @@ class ServiceClient:
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.observer = observer
-        self.outages = OutageTracker(service, self.base_url)
+        self.outages = service_outages(service, self.base_url)
         self._client = httpx.Client(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout),
@@ -199,12 +157,13 @@ class ServiceClient:
                 where = ".".join(str(part) for part in problem["loc"]) or "the body"
                 unreadable = f"answered what Baton cannot read to {method} {path} ({where}: {problem['msg']})"
                 raise self._failed(unreadable) from None
-        self.outages.answered()
+        # A call reports as of its end (it retried for seconds already): any answer ends an outage.
+        self.outages.succeeded(self.outages.mark)
         self._observe("ok")
         return result
 
     def _failed(self, reason: str) -> OutsideServiceError:
-        self.outages.failed(reason)
+        self.outages.failed(self.outages.mark, reason)
         self._observe("error")
         return OutsideServiceError(self.service, reason)
 

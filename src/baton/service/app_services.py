@@ -17,7 +17,7 @@ from baton.service.queues import QueueService
 from baton.service.status import BrokerProbe, StatusService
 from baton.service.tokens import TokenCache
 from baton.storage.engine import Store as Store
-from baton.storage.queue_door import QueueDoor
+from baton.storage.queues.door import QueueDoor
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from typing import Any
 
 from baton.core.errors import ContradictoryInputError
 from baton.core.model import SchedulerType, scheduler_id_for
-from baton.storage import inbox
+from baton.storage.control.organisations import get_organisation
+from baton.storage.control.scheduler_rows import get_scheduler
 from baton.storage.engine import Store
-from baton.storage.organisations import get_organisation
-from baton.storage.scheduler_rows import get_scheduler
+from baton.storage.scheduling import inbox
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,11 @@ from baton.core.model import SchedulerSpec, utcnow
 from baton.core.outages import OutageTracker
 from baton.core.settings import OpenKatSettings
 from baton.service.outside_services import OutsideServiceCollector, OutsideServices
+from baton.storage.control.leadership import leaders
 from baton.storage.engine import Store
 from baton.storage.errors import DATABASE
-from baton.storage.leadership import leaders
-from baton.storage.queues import queue_counts
-from baton.storage.status_reads import recovered_total
+from baton.storage.queues.operations import queue_counts
+from baton.storage.queues.status_reads import recovered_total
 
 # Dwell time: from push to hand-out. Quiet organisations should stay at the low end even while a
 # noisy one has a backlog (fair pop).

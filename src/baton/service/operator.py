@@ -17,7 +17,7 @@ from baton.core.logging import get_logger
 from baton.core.model import TaskStatus, utcnow
 from baton.service.tasks import REQUEUABLE, TaskDetail, task_detail
 from baton.storage.engine import Session, Store
-from baton.storage.task_actions import mark_requeued, requeue_state, set_queued_priority, task_status
+from baton.storage.queues.task_actions import mark_requeued, requeue_state, set_queued_priority, task_status
 
 log = get_logger("baton.status")
 

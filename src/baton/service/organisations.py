@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from baton.core.listing import Page, PageRequest, cut_page
-from baton.storage import listings
-from baton.storage import organisations as rows
+from baton.storage.control import organisations as rows
 from baton.storage.engine import Store
+from baton.storage.queues import listings
 from baton.storage.tables import Organisation as Organisation
 
 __all__ = ["Organisation"]

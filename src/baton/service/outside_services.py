@@ -1,5 +1,5 @@
-"""KATalogus, Octopoes and Bytes as Baton's callers recorded them (storage/outside_services.py, written by
-ingest/outside_services.py), for `/ready`, `/metrics` and the status page. Every API replica reads the
+"""KATalogus, Octopoes and Bytes as Baton's callers recorded them (storage/scheduling/service_states.py, written by
+ingest/outside_links.py), for `/ready`, `/metrics` and the status page. Every API replica reads the
 same table, so each says the same; the rule that turns a record into up, down or unknown is in
 core/outside_services.py."""
 
@@ -15,7 +15,7 @@ from baton.core.model import utcnow
 from baton.core.outside_services import OutsideServiceStatus, Recorded, outside_statuses, stale_after_seconds
 from baton.core.settings import OpenKatSettings
 from baton.storage.engine import Session, Store
-from baton.storage.outside_services import outside_services
+from baton.storage.scheduling.service_states import outside_services
 
 
 def configured_services(settings: OpenKatSettings) -> set[str]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from baton.storage import plugins as rows
+from baton.storage.control.organisations import get_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import get_organisation
+from baton.storage.scheduling import plugins as rows
 from baton.storage.tables import Plugin as Plugin
 
 __all__ = ["Plugin"]

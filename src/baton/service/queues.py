@@ -8,7 +8,7 @@ Long-poll (a pop with `wait`): a pop that finds nothing may wait for a task. It 
 waiter, makes sure queued tasks are announced from then on, and pops again, so a task queued in
 between is not missed; then it sleeps until a wake-up names its queue (or its type), and pops
 again: the same pop statement, so no task is handed out twice. Wake-ups come from the database
-(storage/wakeups.py) and, for this process's own pushes and hand-backs, from here; each wakes one
+(storage/queues/wakeups.py) and, for this process's own pushes and hand-backs, from here; each wakes one
 waiter of the queue and one of its type, which pass it on while they find tasks (see `Waiters`).
 """
 
@@ -35,13 +35,13 @@ from baton.core.rescans import pushed_schedule
 from baton.core.settings import Settings
 from baton.service.metrics import Metrics
 from baton.service.receipts import Settler
-from baton.storage import listings
-from baton.storage import queues as queue_rows
+from baton.storage.control.organisations import adopt_organisation
+from baton.storage.control.scheduler_rows import get_scheduler
 from baton.storage.engine import Session, Store
-from baton.storage.organisations import adopt_organisation
-from baton.storage.queue_door import QueueDoor
-from baton.storage.scheduler_rows import get_scheduler
-from baton.storage.wakeups import Wakeups, wakeups_for
+from baton.storage.queues import listings
+from baton.storage.queues import operations as queue_rows
+from baton.storage.queues.door import QueueDoor
+from baton.storage.queues.wakeups import Wakeups, wakeups_for
 
 CAPS_REFRESH_SECONDS = 2.0
 PLUGIN_TIMINGS_SECONDS = 5.0

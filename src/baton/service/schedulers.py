@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from baton.core.heartbeat import live_state
 from baton.core.listing import Page, PageRequest, cut_page
 from baton.core.model import SchedulerState, utcnow
-from baton.storage import listings
-from baton.storage import scheduler_rows as rows
+from baton.storage.control import scheduler_rows as rows
+from baton.storage.control.leadership import Leadership as Leadership
+from baton.storage.control.leadership import leadership
 from baton.storage.engine import Session, Store
-from baton.storage.leadership import Leadership as Leadership
-from baton.storage.leadership import leadership
+from baton.storage.queues import listings
 from baton.storage.tables import Scheduler
 
 

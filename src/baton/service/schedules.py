@@ -20,10 +20,10 @@ from baton.core.filters import SCHEDULE_COLUMNS, parse_filters
 from baton.core.jobs import ReportJob, job_document, job_hash, job_of
 from baton.core.model import SchedulerType, utcnow
 from baton.core.settings import Settings
-from baton.storage import schedules as rows
+from baton.storage.control.organisations import adopt_organisation, get_organisation
 from baton.storage.engine import Store
-from baton.storage.organisations import adopt_organisation, get_organisation
-from baton.storage.schedules import ScheduleQuery as ScheduleQuery
+from baton.storage.scheduling import schedules as rows
+from baton.storage.scheduling.schedules import ScheduleQuery as ScheduleQuery
 from baton.storage.tables import Schedule as Schedule
 
 __all__ = ["Schedule", "ScheduleQuery"]

@@ -1,7 +1,7 @@
 """Tasks: the API's listing (OpenKAT's page and query parameters) and hourly statistics, one task as
 a record, and one task as the status page shows it, with what an operator may do to it.
 
-Lists of tasks have one home in storage (`storage/task_pages.py`); this module opens the unit of
+Lists of tasks have one home in storage (`storage/queues/task_pages.py`); this module opens the unit of
 work and shapes the answers.
 """
 
@@ -17,10 +17,9 @@ from baton.core.filters import FilterTree
 from baton.core.lifecycle import may_precede
 from baton.core.model import TaskStatus, utcnow
 from baton.core.task_queries import TaskQuery
-from baton.storage import task_pages
-from baton.storage import tasks as task_rows
 from baton.storage.engine import Session, Store
-from baton.storage.task_pages import TaskRow, page_row
+from baton.storage.queues import task_pages, task_rows
+from baton.storage.queues.task_pages import TaskRow, page_row
 
 STATS_ORDER = ("pending", *(status.value for status in TaskStatus))
 CANCELLABLE = may_precede(TaskStatus.CANCELLED)

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from baton.storage import tokens as rows
+from baton.storage.control import tokens as rows
 from baton.storage.engine import Session
 
 TOKEN_PREFIX = "baton_"

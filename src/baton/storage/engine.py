@@ -66,7 +66,7 @@ def _configure_sqlite(engine: Engine) -> None:
 
 def connection_name(pid: int | None = None) -> str:
     """What every connection of this process is called in pg_stat_activity: `baton <pid>@<host>`,
-    the same process as the owner ids `host:pid#...` of its leases (storage/scheduler_leases.py ends
+    the same process as the owner ids `host:pid#...` of its leases (storage/control/scheduler_leases.py ends
     the transactions of a process whose leases ran out). PostgreSQL keeps 63 bytes of it."""
     return f"baton {pid or os.getpid()}@{os.uname().nodename}"[:63]
 
@@ -323,8 +323,11 @@ def open_store_when_reachable(url: str, retry_seconds: float = 1.0) -> Store:
 
 
 def migrate_store(store: Store) -> None:
+    """Migrate when the schema is not current (alembic, ~10 MiB of imports, only then: a replica
+    starting on a current schema serves sooner)."""
     try:
-        store.migrate()
+        if not store.migrations_current():
+            store.migrate()
     except (DBAPIError, OSError) as exc:
         raise database_error(exc, store.url) from exc
 

@@ -87,10 +87,26 @@ class Organisation(Base):
     source: Mapped[str | None] = mapped_column(String(16), nullable=True)
     # When its boefje scheduler last wrote KATalogus' plugin listing for it (None: never).
     catalogue_synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # When the KATalogus sync retired it (KATalogus no longer lists it; None: active): its schedulers do
+    # not run, its queues take no task, its tasks and schedules stay readable (storage/control/organisation_sync.py).
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+    __table_args__ = (
+        Index(
+            "ix_organisations_retired",
+            "id",
+            postgresql_where=text("retired_at IS NOT NULL"),
+            sqlite_where=text("retired_at IS NOT NULL"),
+        ),
+    )
+
+
+# The retired organisations (few), read through ix_organisations_retired.
+IS_RETIRED = Organisation.retired_at.is_not(None)
 
 
 class LeaseHolder(Base):
-    """A process that holds scheduler leases (storage/scheduler_leases.py): one row, renewed once per
+    """A process that holds scheduler leases (storage/control/scheduler_leases.py): one row, renewed once per
     retry period, keeps every scheduler row it owns leased and heartbeating (as an etcd lease keeps
     the keys attached to it), however many there are."""
 
@@ -135,7 +151,7 @@ class Scheduler(Base):
     # `lease_expires_at` below read the later of that and the owner's lease-holder row.
     written_heartbeat_at: Mapped[datetime | None] = mapped_column("heartbeat_at", UTCDateTime(), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    # Ownership (storage/scheduler_leases.py): who runs this scheduler, under which term (the fencing token:
+    # Ownership (storage/control/scheduler_leases.py): who runs this scheduler, under which term (the fencing token:
     # it grows on every claim), and until when unless its holder renews.
     owner: Mapped[str | None] = mapped_column(String(256), nullable=True)
     term: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
@@ -401,6 +417,23 @@ class BoefjeBackfill(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class TwinCheck(Base):
+    """A boefje task made and not yet looked at for twins in other organisations: written in the
+    transaction that made the task, removed by the twin step that looks at it (so a restart between the
+    two loses none). Goes with its task."""
+
+    __tablename__ = "twin_checks"
+
+    task_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True)
+    organisation: Mapped[str] = mapped_column(String(64))
+    boefje_id: Mapped[str] = mapped_column(String(128))
+    scan_level: Mapped[int] = mapped_column(Integer)  # the boefje's, when the task was made
+    input_ooi: Mapped[str] = mapped_column(String(512))
+    noted_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_twin_checks_organisation", "organisation", "noted_at"),)
+
+
 class OutsideService(Base):
     """An outside service's state as its callers last saw it (KATalogus, Octopoes, Bytes): failing
     since `down_since` (None: answering), and when a caller last said so."""
@@ -459,7 +492,7 @@ class ApiToken(Base):
 
 
 class LeaderRecord(Base):
-    """A leadership lease (storage/leadership.py): its holder, its term (grows on every takeover) and
+    """A leadership lease (storage/control/leadership.py): its holder, its term (grows on every takeover) and
     when it expires unless renewed. With a Kubernetes Lease elector the row only reports."""
 
     __tablename__ = "leaders"

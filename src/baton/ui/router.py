@@ -21,6 +21,7 @@ from typing import Annotated, Any, Protocol
 from fastapi import APIRouter, Body, FastAPI, HTTPException, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,6 +63,10 @@ class Security(Protocol):
     """What the page takes from the API's authentication (baton/api/security.py)."""
 
     bearer: HTTPBearer
+
+    @property
+    def AuthenticatedRoute(self) -> type[APIRoute]:
+        """The page's routes check the token before anything else of a request (401 before 422)."""
 
     def requires(self, scope: Scope) -> Any: ...
 
@@ -191,7 +196,7 @@ def status_router(security: Security) -> APIRouter:
     """The page's routes, each declaring its scope through the API's own `security.requires`."""
     # Cancelling is the API's own PATCH /tasks/{id} (scope pop): the page calls it as it is.
     read, admin = security.requires(Scope.READ), security.requires(Scope.ADMIN)
-    router = APIRouter(prefix="/ui", lifespan=lifespan)
+    router = APIRouter(prefix="/ui", lifespan=lifespan, route_class=security.AuthenticatedRoute)
     static_files = load_static()
 
     async def identity(request: Request) -> Identity:

@@ -13,5 +13,6 @@ class ReportScheduler(Scheduler):
     type = SchedulerType.REPORT
 
     def tick(self) -> int:
-        with self.transaction() as session:
-            return fire_due_schedules(self, session, self.context.clock())
+        now = self.planning.clock()
+        with self.planning.transaction() as session:
+            return fire_due_schedules(self.planning, self.type, session, now, self.batch_size)

@@ -25,14 +25,14 @@ from baton.service.metrics import Metrics
 from baton.service.operator import OperatorActions
 from baton.service.queues import QueueService, queue_views_of
 from baton.service.status.control_plane import BrokerProbe, BrokerQueues, ControlPlane, read_control_plane
-from baton.service.status.overview import FAILED_WINDOW, Overview, organisation_rows, queue_statuses, sum_totals
+from baton.service.status.overview import FAILED_WINDOW, Overview, Totals, organisation_rows, queue_statuses
 from baton.service.status.rates import RateSampler
 from baton.service.status.scheduler_views import SchedulerPage, scheduler_page
 from baton.service.status.snapshot import SnapshotCache, take_snapshot
 from baton.service.status.task_views import TaskPage, tasks_page
 from baton.service.tasks import TaskDetail, task_detail
 from baton.storage.engine import Store
-from baton.storage.listings import organisations_page, problem_condition, schedulers_page
+from baton.storage.queues.listings import organisations_page, problem_condition, schedulers_page
 from baton.storage.schema_probe import SchemaProbe
 
 __all__ = [
@@ -84,7 +84,7 @@ class StatusService:
             generated_at=now,
             estate=snapshot.estate,
             estate_taken_at=snapshot.taken_at,
-            total=sum_totals("all", snapshot.by_type),
+            total=Totals.summed("all", snapshot.by_type),
             by_type=snapshot.by_type,
             organisations=organisation_rows(names, statuses),
             organisations_total=snapshot.estate.organisations,

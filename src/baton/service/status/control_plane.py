@@ -21,9 +21,9 @@ from baton.core.outside_services import OutsideServiceStatus
 from baton.core.settings import Settings
 from baton.service.outside_services import OutsideServices
 from baton.service.status.overview import seconds_since
+from baton.storage.control.leadership import leaders
 from baton.storage.engine import Store
-from baton.storage.leadership import leaders
-from baton.storage.listings import organisations_page
+from baton.storage.queues.listings import organisations_page
 from baton.storage.schema_probe import SchemaProbe, TableSnapshot
 
 log = get_logger("baton.status")

@@ -4,8 +4,8 @@ in-flight tasks), totals per type, and a keyset page of organisations with their
 Every read costs the same whether `tasks` holds a thousand rows or ten million, and the estate's
 counts and the totals are aggregate SQL, not a listing of every organisation: queued and in-flight
 counts come from the trigger-kept counters, failures of the last hour from a capped range scan and
-the oldest queued task from one index probe per non-empty queue (`storage/status_reads.py`,
-`storage/listings.py`), the rates from this process's counters (`rates.py`).
+the oldest queued task from one index probe per non-empty queue (`storage/queues/status_reads.py`,
+`storage/queues/listings.py`), the rates from this process's counters (`rates.py`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from baton.core.model import SchedulerType
 from baton.service.queues import QueueView
 from baton.service.status.rates import Rates
 from baton.storage.engine import Session
-from baton.storage.listings import EstateCounts
-from baton.storage.status_reads import oldest_queued, oldest_queued_by_type, type_totals
+from baton.storage.queues.listings import EstateCounts
+from baton.storage.queues.status_reads import oldest_queued, oldest_queued_by_type, type_totals
 
 FAILED_WINDOW = timedelta(hours=1)
 
@@ -43,6 +43,12 @@ class QueueStatus:
     full: bool
     enabled: bool
 
+    def totals(self) -> Totals:
+        """This one queue as totals."""
+        return Totals(
+            self.id, self.queued, self.in_flight, self.failed_last_hour, self.oldest_queued_seconds, int(self.full), 1
+        )
+
 
 @dataclass(frozen=True)
 class Totals:
@@ -57,17 +63,18 @@ class Totals:
     queues: int
 
     @classmethod
-    def of(cls, name: str, queues: Iterable[QueueStatus]) -> Totals:
-        queues = list(queues)
-        ages = [queue.oldest_queued_seconds for queue in queues if queue.oldest_queued_seconds is not None]
+    def summed(cls, name: str, rows: Iterable[Totals]) -> Totals:
+        """The sum of totals (of queues, of types): counts add up, the oldest age is the largest."""
+        rows = list(rows)
+        ages = [row.oldest_queued_seconds for row in rows if row.oldest_queued_seconds is not None]
         return cls(
             name=name,
-            queued=sum(queue.queued for queue in queues),
-            in_flight=sum(queue.in_flight for queue in queues),
-            failed_last_hour=sum(queue.failed_last_hour for queue in queues),
+            queued=sum(row.queued for row in rows),
+            in_flight=sum(row.in_flight for row in rows),
+            failed_last_hour=sum(row.failed_last_hour for row in rows),
             oldest_queued_seconds=max(ages) if ages else None,
-            full_queues=sum(queue.full for queue in queues),
-            queues=len(queues),
+            full_queues=sum(row.full_queues for row in rows),
+            queues=sum(row.queues for row in rows),
         )
 
 
@@ -120,7 +127,7 @@ def queue_statuses(
 
 
 def type_rows(session: Session, failed: dict[str, int], now: datetime) -> list[Totals]:
-    """Totals per type by aggregate SQL (`storage/status_reads.py`), not by listing the queues."""
+    """Totals per type by aggregate SQL (`storage/queues/status_reads.py`), not by listing the queues."""
     totals = type_totals(session)
     oldest = oldest_queued_by_type(session)
     failed_by_type: dict[str, int] = {}
@@ -135,25 +142,20 @@ def type_rows(session: Session, failed: dict[str, int], now: datetime) -> list[T
     return rows
 
 
-def sum_totals(name: str, rows: Sequence[Totals]) -> Totals:
-    ages = [row.oldest_queued_seconds for row in rows if row.oldest_queued_seconds is not None]
-    return Totals(
-        name=name,
-        queued=sum(row.queued for row in rows),
-        in_flight=sum(row.in_flight for row in rows),
-        failed_last_hour=sum(row.failed_last_hour for row in rows),
-        oldest_queued_seconds=max(ages) if ages else None,
-        full_queues=sum(row.full_queues for row in rows),
-        queues=sum(row.queues for row in rows),
-    )
-
-
 def organisation_rows(organisations: Sequence[str], statuses: Sequence[QueueStatus]) -> list[OrganisationStatus]:
     """The page's organisations in page order, each with its queues by type."""
     by_organisation: dict[str, list[QueueStatus]] = {name: [] for name in organisations}
     for status in statuses:
         by_organisation.setdefault(status.organisation, []).append(status)
     return [
-        OrganisationStatus(name, Totals.of(name, queues), sorted(queues, key=lambda queue: queue.type))
+        OrganisationStatus(
+            name,
+            Totals.summed(name, (queue.totals() for queue in queues)),
+            sorted(queues, key=lambda queue: queue.type),
+        )
         for name, queues in by_organisation.items()
     ]
+
+
+def sorted_by_type(queues: Iterable[QueueStatus]) -> list[QueueStatus]:
+    return sorted(queues, key=lambda queue: queue.type)

@@ -1,6 +1,6 @@
 """The status page's view of the schedulers: a keyset page of them (by organisation, then id;
 searchable by organisation), where each runs, its state by the heartbeat rule (`baton.core.heartbeat`)
-and who holds its lease until when; the estate's counts by aggregate SQL (`storage/listings.py`).
+and who holds its lease until when; the estate's counts by aggregate SQL (`storage/queues/listings.py`).
 Columns a newer schema adds are shown as they are."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from baton.core.heartbeat import is_stale, live_state
 from baton.core.listing import Page, PageRequest
 from baton.core.model import SchedulerState
 from baton.service.status.overview import seconds_since
-from baton.storage.listings import EstateCounts
+from baton.storage.queues.listings import EstateCounts
 from baton.storage.tables import Scheduler
 
 

@@ -1,6 +1,6 @@
 """The estate in numbers for the status page: organisations, schedulers by state, totals per type
 (queued, in flight, failed in the last hour, oldest queued, full queues), each by aggregate SQL
-(`storage/listings.py`, `storage/status_reads.py`), never by listing the estate.
+(`storage/queues/listings.py`, `storage/queues/status_reads.py`), never by listing the estate.
 
 Aggregates still read every scheduler row: at 30,000 schedulers the snapshot costs tens of
 milliseconds, and every open status page asks for it every two seconds. So a large estate's snapshot
@@ -20,8 +20,8 @@ from datetime import datetime
 from baton.core.model import utcnow
 from baton.service.status.overview import FAILED_WINDOW, Totals, type_rows
 from baton.storage.engine import Store
-from baton.storage.listings import EstateCounts, estate_counts
-from baton.storage.status_reads import failed_since
+from baton.storage.queues.listings import EstateCounts, estate_counts
+from baton.storage.queues.status_reads import failed_since
 
 LARGE_ESTATE = 3_000  # schedulers (1,000 organisations)
 MIN_AGE = 2.0  # seconds: the page's own refresh

@@ -10,8 +10,8 @@ from datetime import datetime
 from baton.core.model import TaskStatus, utcnow
 from baton.core.task_queries import TaskFilter
 from baton.storage.engine import Session
-from baton.storage.listings import queue_ids, queued_total
-from baton.storage.task_pages import TaskRow, task_page
+from baton.storage.queues.listings import queue_ids, queued_total
+from baton.storage.queues.task_pages import TaskRow, task_page
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# The expression storage/deduplication.py's KEY_SQL queries, per dialect: the planner uses the index only
+# The expression storage/queues/pops.py's KEY_SQL queries, per dialect: the planner uses the index only
 # for the same expression. Partial: tasks without a key (nearly all) are not in it at all.
 KEY_SQL = {
     "postgresql": "(data ->> 'deduplication_key')",
