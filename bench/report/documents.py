@@ -21,6 +21,7 @@ from bench.report.profiles import section_profile
 from bench.report.rescans import section_rescans
 from bench.report.retention import section_retention
 from bench.report.schedulers import section_director, section_workers
+from bench.report.soak import plot_soak, section_soak
 from bench.report.targets import RETIRED, WALLS, Verdict, invalid_reason, verdicts
 from bench.report.throughput import (
     section_batched,
@@ -56,6 +57,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "listings": section_listings,
     "rescans": section_rescans,
     "mula_import": section_mula_import,
+    "soak": section_soak,
 }
 
 
@@ -75,8 +77,9 @@ def section_targets(found: list[Verdict], scenarios: dict[str, Any]) -> list[str
         "## Targets",
         "",
         "Computed by `bench/report/` from the measurements below (each a ratio against a baseline of the same "
-        "run, except ingest's absolute rate, a scheduler process's memory and the lease scenarios' times and "
-        "counts, whose thresholds follow from the lease settings of the run).",
+        "run, except ingest's absolute rate, a scheduler process's memory, the lease scenarios' times and "
+        "counts, whose thresholds follow from the lease settings of the run, and the soak run's counts and its "
+        "last window against its first).",
         "",
         *table(["target", "measured", "threshold", "verdict", "issue", "from"], rows, "lrrlll"),
     ]
@@ -209,6 +212,9 @@ def write(results: dict[str, Any], docs: Path = DOCS) -> list[Path]:
     if "fairness" in scenarios:
         plot_fairness(scenarios["fairness"], docs / "benchmarks-fairness.png")
         written.append(docs / "benchmarks-fairness.png")
+    if "soak" in scenarios:
+        plot_soak(scenarios["soak"], docs / "benchmarks-soak.png")
+        written.append(docs / "benchmarks-soak.png")
     if "replication" in scenarios:
         replication = docs / "replication-results.md"
         replication.write_text(replication_markdown(scenarios["replication"]))

@@ -218,6 +218,37 @@ TARGETS = [
         "times",
         "#39",
     ),
+    *(
+        Target(f"soak: {name}", f"soak.judged.{key}", 0, "<=", "count", "#42")
+        for key, name in (
+            ("accounted", "tasks not accounted for"),
+            ("handed_out_twice", "tasks handed out twice"),
+            ("stranded", "tasks left dispatched for a timeout to find"),
+            ("events", "events that did not become their tasks"),
+            ("schedules", "due schedules not fired within their interval"),
+            ("tracebacks", "tracebacks in the logs"),
+            ("outage_logs", "outages not logged once when they start and once when they end"),
+        )
+    ),
+    Target(
+        "soak: memory growth after warm-up (worst process)", "soak.judged.memory_growth", 0.05, "<=", "percent", "#42"
+    ),
+    Target(
+        "soak: p99 last / first window after warm-up (worst of pop, push, PATCH)",
+        "soak.judged.p99_ratio",
+        1.5,
+        "<=",
+        "times",
+        "#42",
+    ),
+    Target(
+        "soak: rows of tasks and events, last / first window (retention keeps up)",
+        "soak.judged.table_ratio",
+        1.2,
+        "<=",
+        "times",
+        "#42",
+    ),
 ]
 
 
@@ -246,10 +277,30 @@ def fork_wall(scenarios: dict[str, Any]) -> str | None:
     )
 
 
+def retention_wall(scenarios: dict[str, Any]) -> str | None:
+    retention = scenarios.get("soak", {}).get("retention", {})
+    if retention.get("acts_within_run", True):
+        return None
+    return (
+        "retention is set in whole days (BATON_TASK_RETENTION_DAYS); its smallest horizon, a day, is longer than "
+        "the run, so no finished task could be removed during it and the tables grew with every task"
+    )
+
+
+def rescan_wall(scenarios: dict[str, Any]) -> str | None:
+    from bench.report.soak import load_and_lateness
+
+    soak = scenarios.get("soak")
+    said = load_and_lateness(soak) if soak else ""
+    return said.strip().rstrip(".") or None
+
+
 # A missed target's wall, measured in the same run: said under Misses.
 WALLS: dict[str, Callable[[dict[str, Any]], str | None]] = {
     "push.ratios.push_8": push_wall,
     "director.scheduler_process.uss_max_mib": fork_wall,
+    "soak.judged.table_ratio": retention_wall,
+    "soak.judged.schedules": rescan_wall,
 }
 
 

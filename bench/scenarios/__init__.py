@@ -28,6 +28,7 @@ NAMES = (
     "listings",
     "rescans",
     "mula_import",
+    "soak",
 )
 
 

@@ -274,3 +274,70 @@ def test_the_fast_push_keeps_to_the_push_scope(store: Store) -> None:
         denied_again = client.post(path, content=push_body(task_hash="1"), headers=bearer(tokens["runner"]))
         assert denied_again.status_code == 403
         assert client.get("/queues/boefje-acme", headers=bearer(tokens["boss"])).json()["size"] == 4
+
+
+# -- OpenKAT's push -----------------------------------------------------------------------------------
+
+
+def openkat_body(host: str, **extra: Any) -> bytes:
+    job = {"boefje": {"id": "dns-records"}, "input_ooi": f"Hostname|internet|{host}", "organization": "acme"}
+    return orjson.dumps({"organisation": "acme", "priority": 2, "data": job, **extra})
+
+
+@pytest.fixture
+def counted_openkat_pushes(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The schedulers the fast path's OpenKAT push ran for."""
+    calls: list[str] = []
+    answer = fastpath.push_answer
+
+    async def counted(queues: Any, scheduler: str, document: Any) -> Any:
+        calls.append(scheduler)
+        return await answer(queues, scheduler, document)
+
+    monkeypatch.setattr(fastpath, "push_answer", counted)
+    return calls
+
+
+def test_the_fast_openkat_push_is_the_routes_push(
+    store: Store, client: TestClient, counted_openkat_pushes: list[str]
+) -> None:
+    """OpenKAT's web UI pushes a boefje task; the fast path answers it as the route does: 201 with the
+    task in OpenKAT's shape (its schedule made), OpenKAT's 409 with Retry-After for a twin, and the
+    service's refusals as the route's handlers answer them."""
+    add_organisation(store, "acme", maxsize=0)
+    fast, routed = both(client, "/schedulers/boefje/push", openkat_body("a.example"), openkat_body("b.example"))
+    assert counted_openkat_pushes == ["boefje"]  # the second went through the route
+    assert fast.status_code == routed.status_code == 201
+    assert [(name, fast.headers[name]) for name in ("content-type",)] == [("content-type", "application/json")]
+    fast_task, routed_task = orjson.loads(fast.content), orjson.loads(routed.content)
+    assert list(fast_task) == list(routed_task)  # the same keys in the same order
+    different = ("id", "hash", "schedule_id", "created_at", "modified_at", "data")
+    assert {key: value for key, value in fast_task.items() if key not in different} == {
+        key: value for key, value in routed_task.items() if key not in different
+    }
+    assert fast_task["scheduler_id"] == "boefje" and fast_task["schedule_id"] is not None
+    assert client.get(f"/schedules/{fast_task['schedule_id']}").status_code == 200
+
+    twin, routed_twin = both(client, "/schedulers/boefje/push", openkat_body("a.example"))
+    same_answer(twin, routed_twin)
+    assert twin.status_code == 409 and twin.headers["retry-after"] == routed_twin.headers["retry-after"] == "60"
+
+    not_a_job, routed_not_a_job = both(
+        client, "/schedulers/boefje/push", orjson.dumps({"organisation": "acme", "data": {}})
+    )
+    same_answer(not_a_job, routed_not_a_job)
+    assert not_a_job.status_code == 400
+    unknown, routed_unknown = both(client, "/schedulers/nothing/push", openkat_body("c.example"))
+    same_answer(unknown, routed_unknown)
+    assert unknown.status_code == 404
+    assert counted_openkat_pushes == ["boefje", "boefje", "boefje", "nothing"]
+
+
+def test_openkat_pushes_the_fast_path_refuses_get_the_routes_answer(
+    store: Store, client: TestClient, counted_openkat_pushes: list[str]
+) -> None:
+    add_organisation(store, "acme", maxsize=0)
+    for body in (b'{"organisation": "acme"}', b'{"organisation": "acme", "data": []}', b"[1]", b"{"):
+        answer = client.post("/schedulers/boefje/push", content=body, headers={"content-type": "application/json"})
+        assert answer.status_code == 422 and answer.json()["detail"][0]["loc"][0] == "body"
+    assert counted_openkat_pushes == []

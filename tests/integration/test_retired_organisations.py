@@ -32,7 +32,8 @@ from harness.factories import add_organisation
 from harness.standins import KatalogusStandin, StandinServer
 from tests.katalogus_world import client as katalogus_client
 
-LEASES = LeaseSettings(lease_seconds=3, renew_deadline_seconds=2, retry_period_seconds=0.1)
+# Long enough that no lease ends during a test on a loaded machine: nothing here waits for one to end.
+LEASES = LeaseSettings(lease_seconds=60, renew_deadline_seconds=40, retry_period_seconds=0.1)
 
 
 class Ticker:
