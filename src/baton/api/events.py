@@ -8,7 +8,7 @@ from pydantic import BaseModel
 from baton.api import routing, security
 from baton.api.deps import Responses, StoreDep
 from baton.api.schemas import ErrorOut
-from baton.ingest.events import EVENT_KIND, SchedulerEvent, consumer_of, event_organisation
+from baton.core.events import EVENT_KIND, SchedulerEvent, consumer_of, event_organisation
 from baton.service.events import IncomingEvent, accept_event
 
 router = routing.router(tags=["events"])

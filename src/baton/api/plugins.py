@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from baton.api import routing, security
 from baton.api.deps import Responses, StoreDep
 from baton.api.schemas import ErrorOut
-from baton.ingest.catalogue.plugins_file import PluginSpec
-from baton.ingest.events import ScanLevel
+from baton.core.catalogue import PluginSpec
+from baton.core.events import ScanLevel
 from baton.service import plugins
 
 router = routing.router(tags=["plugins"])

@@ -26,10 +26,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from baton import __version__
+from baton.core.events import NOT_A_STRING
 from baton.core.listing import CURSOR_PATTERN, MAX_CURSOR_LENGTH, SEARCH_PATTERN, InvalidListingError, Listing
 from baton.core.model import OrganisationId, SchedulerType, TaskStatus
 from baton.core.settings import Settings
-from baton.ingest.events import NOT_A_STRING
 from baton.service.status import (
     BrokerProbe,
     ControlPlane,
