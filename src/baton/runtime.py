@@ -2,8 +2,9 @@
 elector, which services run beside the API. The command line calls these; nothing else builds
 the runtime.
 
-Heavy imports (FastAPI, uvicorn, the Kubernetes client) happen inside the function that needs them,
-so a stand-alone scheduler process loads only what a scheduler uses.
+Heavy imports (FastAPI, uvicorn, the Kubernetes client, ingest and control) happen inside the function
+that needs them, so a stand-alone scheduler process loads only what a scheduler uses, and an API replica
+(`baton serve --no-director`) only what serving uses (ingest's catalogue file only to seed it).
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from baton.core.identity import process_location
 from baton.core.logging import get_logger
 from baton.core.model import RunnerKind, SchedulerSpec, SchedulerType
 from baton.core.settings import Settings
-from baton.ingest.catalogue.plugins_file import seed_catalogue
-from baton.ingest.events import CompositeSource, DatabaseInbox, EventSource
 from baton.storage.engine import (
     Store,
     database_error,
@@ -45,6 +44,8 @@ class Service(Protocol):
 
 def prepare_store(settings: Settings) -> Store:
     """Open the store, apply migrations and seed the plugin catalogue (idempotent)."""
+    from baton.ingest.catalogue.plugins_file import seed_catalogue
+
     store = open_store(settings.database_url)
     migrate_store(store)
     try:
@@ -66,11 +67,11 @@ def current_store(settings: Settings, wait_for_database: bool = False) -> Store:
 # -- schedulers' event sources ------------------------------------------------------------------------
 
 
-def source_factory(
-    settings: Settings, broker_wait_seconds: float | None = None
-) -> Callable[[SchedulerSpec], EventSource | None]:
+def source_factory(settings: Settings, broker_wait_seconds: float | None = None) -> Callable[[SchedulerSpec], Any]:
     """Where a scheduler's events come from: the HTTP inbox, plus RabbitMQ when it is enabled.
     `broker_wait_seconds`: how long a receive may wait for a message (None: the source's default)."""
+
+    from baton.ingest.events import CompositeSource, DatabaseInbox, EventSource
 
     def make(spec: SchedulerSpec) -> EventSource | None:
         if spec.type is SchedulerType.REPORT:
