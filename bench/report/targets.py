@@ -11,7 +11,7 @@ from typing import Any, Literal
 Comparison = Literal[">=", "<="]
 
 
-Shown = Literal["percent", "times", "per_second", "mib", "seconds", "count", "cpu_per_minute"]
+Shown = Literal["percent", "times", "per_second", "mib", "seconds", "count", "cpu_per_minute", "ms"]
 
 
 COMPARE: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le}
@@ -35,6 +35,32 @@ TARGETS = [
     Target("pop, 1 client: `baton serve` / raw SQL", "hot_path.ratios.http_1", 0.35, ">=", "percent", "#14"),
     Target("push, 8 clients: HTTP / raw INSERT", "push.ratios.push_8", 0.25, ">=", "percent", "#14"),
     Target("push, 8 clients: HTTP / raw INSERT (raised)", "push.ratios.push_8", 0.50, ">=", "percent", "#33"),
+    Target(
+        "OpenKAT boefje push, 8 clients: server CPU per push",
+        "push.server_cpu_ms_per_push.OpenKAT boefje push|8",
+        0.6,
+        "<=",
+        "ms",
+        "#41",
+    ),
+    Target(
+        "OpenKAT boefje push, 8 clients: HTTP / raw INSERT with schedule",
+        "push.ratios.openkat_boefje_8",
+        0.40,
+        ">=",
+        "percent",
+        "#41",
+    ),
+    Target("pop, 1 client: `baton serve` / raw SQL (raised)", "hot_path.ratios.http_1", 0.80, ">=", "percent", "#41"),
+    Target("pop, 8 clients: `baton serve` / raw SQL (raised)", "hot_path.ratios.http_8", 1.00, ">=", "percent", "#41"),
+    Target(
+        "pop, 1 client: server CPU per pop",
+        "hot_path.server_cpu_ms_per_pop.HTTP, 1 process|1",
+        0.3,
+        "<=",
+        "ms",
+        "#41",
+    ),
     Target("pop limit=10 / one task per request, 8 clients", "batched.ratios.batched_8", 3.0, ">=", "times", "#14"),
     Target("RabbitMQ ingest, one scheduler (events/s)", "ingest.events_per_second", 1000.0, ">=", "per_second", "#14"),
     Target("pop p99, largest / smallest queue", "depth.ratios.pop_p99_largest_to_smallest", 2.0, "<=", "times", "#14"),

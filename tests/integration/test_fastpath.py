@@ -10,11 +10,12 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from baton.api import create_app, fastpath
+from baton.api import fastpath
 from baton.api.fastpath import pop_limit
 from baton.core.errors import DatabaseUnavailableError
 from baton.core.queueing import PushRequest
 from baton.core.settings import Settings
+from baton.runtime import build_app
 from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
 from harness.factories import add_organisation, bearer, push
@@ -232,7 +233,7 @@ def test_a_push_that_fails_is_answered_where_it_failed_and_not_run_again(
     """A push that raised may have written its task (a connection lost after the commit): the fast
     path answers as the route would (503, or 500 for a bug), and never hands it to the route."""
     add_organisation(store, "acme", maxsize=0)
-    with TestClient(create_app(settings, store), raise_server_exceptions=False) as client:
+    with TestClient(build_app(settings, store), raise_server_exceptions=False) as client:
         executor = client.app.state.queues.door  # type: ignore[attr-defined]
         calls = []
 
@@ -261,7 +262,7 @@ def test_the_fast_push_keeps_to_the_push_scope(store: Store) -> None:
             for name, scopes in {"feeder": [Scope.PUSH], "runner": [Scope.POP], "boss": [Scope.ADMIN]}.items()
         }
     settings = Settings(database_url=store.url, auth="on")
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(build_app(settings, store)) as client:
         path = "/queues/boefje-acme/push"
         assert client.post(path, content=push_body(task_hash="1")).status_code == 401
         assert client.post(path, content=push_body(task_hash="1"), headers=bearer("baton_nope")).status_code == 401

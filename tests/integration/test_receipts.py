@@ -17,9 +17,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from baton.api import create_app
 from baton.core.errors import DatabaseUnavailableError
 from baton.core.settings import Settings
+from baton.runtime import build_app
 from baton.storage.engine import Store
 from harness.factories import add_organisation, push
 from harness.waiting import wait_until
@@ -52,7 +52,7 @@ class LostAcknowledgement:
 @pytest.fixture
 def lossy(settings: Settings, store: Store) -> Iterator[tuple[TestClient, LostAcknowledgement]]:
     add_organisation(store, "acme", maxsize=0)
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(build_app(settings, store)) as client:
         queues = client.app.state.queues  # type: ignore[attr-defined]
         door = LostAcknowledgement(queues.door)
         queues.door = door
@@ -204,7 +204,7 @@ def test_an_expired_key_pops_new_tasks(store: Store, database_url: str) -> None:
     for n in range(2):
         push(store, "boefje-acme", priority=n, data={"n": n})
     settings = Settings(database_url=database_url, pop_receipt_seconds=3.0)
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(build_app(settings, store)) as client:
         first = keyed(client, "short")
         assert keyed(client, "short")["id"] == first["id"]
         time.sleep(3.1)  # past the key's time (not a measurement: the key must have expired)
@@ -309,7 +309,7 @@ def test_housekeeping_forgets_keys_past_their_time(store: Store, database_url: s
     push(store, "boefje-acme", priority=1, data={})
     push(store, "boefje-acme", priority=2, data={})
     settings = Settings(database_url=database_url, pop_receipt_seconds=1.0)
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(build_app(settings, store)) as client:
         keyed(client, "kept-briefly")
         keyed(client, "another", "/queues/boefje-acme/pop")
 

@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from baton.api import create_app
 from baton.core.model import SchedulerState, TaskStatus, utcnow
 from baton.core.settings import Settings
+from baton.runtime import broker_queues, build_app
 from baton.service.metrics import Metrics
 from baton.service.queues import QueueService
 from baton.service.status import BrokerProbe, PageRequest, RateSampler, StatusService, TaskFilter
@@ -28,7 +28,6 @@ from baton.storage.engine import Store
 from baton.storage.queues.status_reads import failed_since
 from baton.storage.tables import LeaderRecord, Task
 from baton.ui.render import render
-from baton.ui.router import broker_queues
 from harness.factories import add_organisation, bearer, finish, pop, push
 
 
@@ -175,7 +174,7 @@ def test_a_scheduler_whose_heartbeat_stopped_is_flagged_stale(store: Store) -> N
             now=now - timedelta(seconds=60),
         )
     settings = Settings(database_url=store.url, heartbeat_timeout_seconds=30)
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(build_app(settings, store)) as client:
         page = client.get("/ui/api/schedulers").json()
         assert page["problems"] == 1 and page["estate"]["schedulers"] == 3 and page["estate"]["stale"] == 1
         assert page["estate"]["by_state"] == {"running": 1, "failed": 1, "stopped": 1}
@@ -380,7 +379,7 @@ def secured(store: Store) -> Iterator[tuple[TestClient, dict[str, str]]]:
             "boss": create_token(session, "boss", [Scope.ADMIN]),
             "feeder": create_token(session, "feeder", [Scope.PUSH]),
         }
-    with TestClient(create_app(Settings(database_url=store.url, auth="on"), store)) as client:
+    with TestClient(build_app(Settings(database_url=store.url, auth="on"), store)) as client:
         yield client, tokens
 
 

@@ -37,8 +37,8 @@ from baton.api.queues import push_task
 from baton.api.responses import OPTIONS, openkat_task_document, task_document
 from baton.api.schemas import MAX_LIST_LIMIT, PushIn
 from baton.core.queueing import PopRequest
-from baton.service.tokens import Scope as TokenScope
-from baton.service.tokens import grants
+from baton.core.tokens import Scope as TokenScope
+from baton.core.tokens import grants
 
 JSON_HEADERS = (b"content-type", b"application/json")
 KEY_HEADER = b"idempotency-key"

@@ -19,7 +19,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +33,7 @@ from baton.core.model import SchedulerType, TaskStatus, queue_type, utcnow
 from baton.core.queueing import PopRequest, PopTarget, PushRequest, PushResult, TaskRow
 from baton.core.rescans import pushed_schedule
 from baton.core.settings import Settings
+from baton.core.views import QueueView as QueueView
 from baton.service.metrics import Metrics
 from baton.service.receipts import Settler
 from baton.storage.control.organisations import adopt_organisation
@@ -46,17 +47,6 @@ from baton.storage.queues.wakeups import Wakeups, wakeups_for
 CAPS_REFRESH_SECONDS = 2.0
 PLUGIN_TIMINGS_SECONDS = 5.0
 SCHEDULER_TYPES = frozenset(kind.value for kind in SchedulerType)
-
-
-@dataclass(frozen=True)
-class QueueView:
-    id: str
-    organisation: str
-    type: str
-    size: int
-    in_flight: int
-    maxsize: int
-    enabled: bool
 
 
 def queue_views_of(session: Session, organisations: Sequence[str]) -> list[QueueView]:

@@ -12,6 +12,6 @@ What it stores, a package each (each lists what it offers):
 - `mula_import/`: `baton import-mula`: mula's database read, its tasks, schedules and organisations
   written into Baton's.
 
-The packages import downwards only (mula_import > queues > scheduling > control > the database), as
-`lint-imports` checks.
+The packages import downwards only (`ports/`, the services' ports, and mula_import > queues > scheduling >
+control > the database), as `lint-imports` checks.
 """
