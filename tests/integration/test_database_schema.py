@@ -14,9 +14,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from baton.api import create_app
 from baton.control.leadership import DatabaseLeaseLeader
 from baton.core.settings import LeaseSettings, Settings
+from baton.runtime import build_app
 from baton.storage.control.liveness import DatabaseUnreachableError, director_renewal
 from baton.storage.engine import Store, head_revision, require_current_schema
 from baton.storage.schema_probe import SchemaProbe
@@ -87,7 +87,7 @@ def test_migrations_make_every_table_function_and_trigger_in_the_schema_and_leav
 
 def test_the_triggers_count_the_queues_and_the_schema_probe_reflects_the_schema(shared: str, store: Store) -> None:
     settings = Settings(database_url=shared, database_schema=SCHEMA)
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(build_app(settings, store)) as client:
         client.post("/organisations", json={"id": "acme", "name": "Acme"}).raise_for_status()
         for number in range(3):
             pushed = client.post(

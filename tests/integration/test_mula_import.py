@@ -19,12 +19,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
-from baton.api import create_app
 from baton.core.model import SchedulerSpec
 from baton.core.settings import Settings
 from baton.ingest.planners.report import ReportScheduler
 from baton.ingest.scheduler import SchedulerContext
-from baton.runtime import prepare_store
+from baton.runtime import build_app, prepare_store
 from baton.service import mula_import
 from baton.storage.engine import Store
 from baton.storage.tables import MulaImport, Task
@@ -99,7 +98,7 @@ def test_every_row_moves_with_its_id_and_openkats_clients_find_it(mula: str, tar
         assert report.tally["tasks"].read == len(state.tasks)
         assert report.tally["tasks"].added == len(state.kept_tasks())
         settings = target.settings()
-        with TestClient(create_app(settings, store)) as client:
+        with TestClient(build_app(settings, store)) as client:
             check_openkat_clients(state, client)
             # rocky's report schedule, due at the switch, fires in Baton: a report task linked to it.
             assert fire_report_schedules(store, settings, "beta") == 1
@@ -251,7 +250,7 @@ def test_a_run_stopped_half_way_is_completed_by_the_next(
     assert completed.outcome == "completed" and completed.tally["tasks"].present > 0
     state = read_mula(mula)
     check_moved(state, store)
-    with TestClient(create_app(target.settings(), store)) as client:
+    with TestClient(build_app(target.settings(), store)) as client:
         check_openkat_clients(state, client)
     store.dispose()
 
@@ -265,7 +264,7 @@ def test_an_unfinished_import_is_not_completed_once_baton_has_run(
     with pytest.raises(KeyboardInterrupt):
         run_import(mula, target, StopAfter(7))
     store = target.store()
-    with TestClient(create_app(target.settings(), store)) as client:  # Baton started anyway, and handed a task out
+    with TestClient(build_app(target.settings(), store)) as client:  # Baton started anyway, and handed a task out
         assert client.post("/schedulers/boefje/pop").json()["results"]
     store.dispose()
     env = {"BATON_DATABASE_URL": target.url}
@@ -277,7 +276,7 @@ def test_an_unfinished_import_is_not_completed_once_baton_has_run(
 def test_a_run_after_baton_has_served_never_brings_back_or_overwrites_a_task(mula: str, target: Target) -> None:
     run_import(mula, target)
     store = target.store()
-    with TestClient(create_app(target.settings(), store)) as client:
+    with TestClient(build_app(target.settings(), store)) as client:
         [popped] = client.post("/schedulers/boefje/pop").json()["results"]
         assert client.patch(f"/tasks/{popped['id']}", json={"status": "completed"}).status_code == 200
     gone = next(iter(baton_tasks(store)))
@@ -294,7 +293,7 @@ def test_a_run_after_baton_has_served_never_brings_back_or_overwrites_a_task(mul
 @pytest.mark.parametrize("target", ["sqlite", "shared"], indirect=True)
 def test_a_first_import_refuses_a_baton_database_with_tasks_of_its_own(mula: str, target: Target) -> None:
     store = prepare_store(target.settings())
-    with TestClient(create_app(target.settings(), store)) as client:
+    with TestClient(build_app(target.settings(), store)) as client:
         client.post("/organisations", json={"id": "zeta", "name": "Zeta"}).raise_for_status()
         pushed = client.post("/queues/boefje-zeta/push", json={"priority": 3, "data": {"x": 1}, "hash": "h"})
         assert pushed.status_code == 201, pushed.text

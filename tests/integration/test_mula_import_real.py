@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from baton.api import create_app
+from baton.runtime import build_app
 from harness.standins.mula_db import MulaDatabase
 from tests.conftest import fresh_postgres_database
 from tests.mula_checks import Target, baton_tasks, check_moved, check_openkat_clients, read_mula, run_import, untouched
@@ -86,7 +86,7 @@ def test_mulas_own_database_is_taken_over(real: str, target: Target) -> None:
         imported = baton_tasks(store)
         assert run_import(real, target).outcome == "already"
         assert baton_tasks(store) == imported
-        with TestClient(create_app(target.settings(), store)) as client:
+        with TestClient(build_app(target.settings(), store)) as client:
             check_openkat_clients(state, client)
     finally:
         store.dispose()
