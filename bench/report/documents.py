@@ -15,6 +15,7 @@ from bench.report.fairness import section_fairness, section_organisations
 from bench.report.formatting import num, shown, table
 from bench.report.leases import replication_leases_markdown, section_leases
 from bench.report.listings import section_listings
+from bench.report.mula_import import section_mula_import
 from bench.report.plots import plot_fairness, plot_overview
 from bench.report.profiles import section_profile
 from bench.report.rescans import section_rescans
@@ -55,6 +56,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "capacity": section_capacity,
     "listings": section_listings,
     "rescans": section_rescans,
+    "mula_import": section_mula_import,
     "soak": section_soak,
 }
 

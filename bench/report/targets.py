@@ -228,6 +228,22 @@ TARGETS = [
         "count",
         "#30",
     ),
+    Target(
+        "import-mula: rows per second / raw INSERT ... SELECT of the same rows, 1,000,000 tasks",
+        "mula_import.ratios.import_to_raw",
+        0.50,
+        ">=",
+        "percent",
+        "#39",
+    ),
+    Target(
+        "import-mula: peak memory, 1,000,000 / 100,000 tasks",
+        "mula_import.ratios.peak_rss_large_to_small",
+        1.5,
+        "<=",
+        "times",
+        "#39",
+    ),
     *(
         Target(f"soak: {name}", f"soak.judged.{key}", 0, "<=", "count", "#42")
         for key, name in (

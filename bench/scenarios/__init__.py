@@ -27,6 +27,7 @@ NAMES = (
     "capacity",
     "listings",
     "rescans",
+    "mula_import",
     "soak",
 )
 

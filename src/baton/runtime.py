@@ -46,20 +46,21 @@ def prepare_store(settings: Settings) -> Store:
     """Open the store, apply migrations and seed the plugin catalogue (idempotent)."""
     from baton.ingest.catalogue.plugins_file import seed_catalogue
 
-    store = open_store(settings.database_url)
+    store = open_store(settings.database_url, settings.database_schema)
     migrate_store(store)
     try:
         with store.session() as session:
             seed_catalogue(session, settings.plugins_file)
     except OSError as exc:
-        raise database_error(exc, settings.database_url) from exc
+        raise database_error(exc, settings.database_url, settings.database_schema) from exc
     return store
 
 
 def current_store(settings: Settings, wait_for_database: bool = False) -> Store:
     """Open the store without migrating; refuse a database whose schema is not current. With
     `wait_for_database`, wait out an outage instead of failing (a director's child)."""
-    store = open_store_when_reachable(settings.database_url) if wait_for_database else open_store(settings.database_url)
+    url, schema = settings.database_url, settings.database_schema
+    store = open_store_when_reachable(url, schema=schema) if wait_for_database else open_store(url, schema)
     require_current_schema(store)
     return store
 
@@ -312,7 +313,7 @@ def build_app(settings: Settings, store: Store | None = None, services: Sequence
     (e.g. the embedded director) start and stop with the server."""
     from baton.api import create_app
 
-    store = store if store is not None else Store(settings.database_url)
+    store = store if store is not None else Store(settings.database_url, settings.database_schema)
     return create_app(app_services(settings, store), services=services)
 
 
@@ -360,7 +361,7 @@ def worker_app() -> Any:
 
     settings = Settings()
     configure_logging(settings.log_level, settings.log_json)
-    app = build_app(settings, open_store(settings.database_url))
+    app = build_app(settings, open_store(settings.database_url, settings.database_schema))
     settle_garbage_collector()
     return app
 
