@@ -285,9 +285,9 @@ def section_soak(result: dict[str, Any]) -> list[str]:
         ""
         if retention["acts_within_run"]
         else (
-            f" Retention takes whole days (`BATON_TASK_RETENTION_DAYS`): its smallest horizon, a day, is longer than "
-            f"the run (wanted: {minutes(retention['wanted_horizon_s'])} minutes, a sixth of the run), so it cannot "
-            "remove a task during it."
+            f" Retention's horizon ({minutes(retention['horizon_s'])} minutes; wanted: "
+            f"{minutes(retention['wanted_horizon_s'])} minutes, a sixth of the run) is longer than the run, so it "
+            "cannot remove a task during it."
         )
     )
     length = "an hour" if plan["seconds"] == 3600 else f"{minutes(plan['seconds'])} minutes"

@@ -308,8 +308,8 @@ def retention_wall(scenarios: dict[str, Any]) -> str | None:
     if retention.get("acts_within_run", True):
         return None
     return (
-        "retention is set in whole days (BATON_TASK_RETENTION_DAYS); its smallest horizon, a day, is longer than "
-        "the run, so no finished task could be removed during it and the tables grew with every task"
+        "retention's horizon was longer than the run, so no finished task could be removed during it and the "
+        "tables grew with every task"
     )
 
 

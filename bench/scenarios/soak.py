@@ -30,7 +30,7 @@ import psycopg
 
 from baton.core.jobs import boefje_job, job_document
 from baton.core.logging import configure_logging
-from baton.core.settings import LeaseSettings, RecoverySettings
+from baton.core.settings import LeaseSettings
 from baton.ingest.rabbitmq import OPENKAT_QUEUES
 from baton.storage.urls import libpq_conninfo
 from bench.scenarios.common import Context
@@ -221,7 +221,7 @@ def fault_at(stack: Stack, clock: Clock, fault: Fault, done: list[dict[str, Any]
 def run(ctx: Context) -> dict[str, Any]:
     configure_logging("warning")
     soak = plan(ctx.soak_minutes or (1.0 if ctx.quick else 60.0), ctx.quick)
-    retention, horizon = retention_setting(soak.retention_horizon, set(RecoverySettings.model_fields))
+    retention, horizon = retention_setting(soak.retention_horizon)
     organisations = [f"soak-{n:03d}" for n in range(soak.organisations)]
     twins = twin_pairs(organisations, soak.twin_organisations)
     clock = Clock()
@@ -364,7 +364,7 @@ def soaked(
         samples=observer.samples,
         latencies=dict(load.recorder.latencies),
         failures=failures,
-        retention_acts=retention_setting(soak.retention_horizon, set(RecoverySettings.model_fields))[1] < soak.seconds,
+        retention_acts=retention_setting(soak.retention_horizon)[1] < soak.seconds,
         hand_over_s=LeaseSettings().lease_seconds,
         members=members,
     )

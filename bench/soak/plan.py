@@ -14,7 +14,6 @@ an hour) to compare, and the faults between those windows, one after another.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,11 +216,8 @@ def plan(minutes: float, quick: bool) -> Plan:
     return Plan(**{**base.__dict__, "faults": timetable(seconds, base.warm_up, base.window)})
 
 
-def retention_setting(horizon_seconds: float, fields: set[str]) -> tuple[dict[str, str], float]:
-    """The retention setting for a horizon, in what Baton's settings accept (`fields`: the names of
-    RecoverySettings' fields); and the horizon that gives. Retention counted in whole days cannot
-    act within a run shorter than a day: the smallest it takes is one day."""
-    if "task_retention_seconds" in fields:
-        return {"BATON_TASK_RETENTION_SECONDS": f"{horizon_seconds:g}"}, horizon_seconds
-    days = max(1, math.ceil(horizon_seconds / DAY))
-    return {"BATON_TASK_RETENTION_DAYS": str(days)}, days * DAY
+def retention_setting(horizon_seconds: float) -> tuple[dict[str, str], float]:
+    """The retention settings for a horizon (tasks' and consumed events', in days, a fraction of one
+    here) and the horizon they give."""
+    days = f"{horizon_seconds / DAY:.6g}"
+    return {"BATON_TASK_RETENTION_DAYS": days, "BATON_EVENT_RETENTION_DAYS": days}, float(days) * DAY

@@ -198,21 +198,22 @@ class RecoverySettings(BaseSettings):
         "that a silent running task means a dead runner. Not for OpenKAT's: with it on, a run longer than the "
         "timeout is run a second time.",
     )
-    task_retention_days: int = Field(
+    task_retention_days: float = Field(
         0,
         ge=0,
         description="0 (the default) keeps every task, as mula does. Otherwise completed, failed and cancelled "
-        "tasks are deleted this many days after their last change, in small batches beside the pops and pushes; "
+        "tasks are deleted this many days (a fraction too: 0.25 is six hours) after their last change, in small "
+        "batches beside the pops and pushes; "
         "OpenKAT's web UI then no longer lists or counts them, and their pages (and the reschedule of an old "
         "task) answer 'not found'. Schedules and the record of when each boefje last ran on an object (rescans, "
         "the grace period) are kept.",
     )
-    event_retention_days: int = Field(
+    event_retention_days: float = Field(
         30,
         ge=0,
         description="Inbox events a scheduler consumed (made into tasks, or kept as dead letters) are deleted this "
-        "many days after they were consumed, whatever the tasks' retention; 0 keeps them. Events not yet consumed "
-        "are never deleted.",
+        "many days (a fraction too) after they were consumed, whatever the tasks' retention; 0 keeps them. Events "
+        "not yet consumed are never deleted.",
     )
 
 
