@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from baton.core.identity import process_location
 from baton.core.logging import get_logger
 from baton.core.model import RunnerKind, SchedulerSpec, SchedulerType
-from baton.core.settings import Settings
+from baton.core.settings import OpenKatSettings, Settings
 from baton.storage.engine import (
     Store,
     database_error,
@@ -229,6 +229,17 @@ def run_worker(settings: Settings) -> None:
 # -- the API --------------------------------------------------------------------------------------------
 
 
+def metrics_for(store: Store, openkat: OpenKatSettings | None = None) -> Any:
+    """An app's metrics over `store` (`baton.service.metrics.Metrics`): its own registry."""
+    from baton.service.metrics import Metrics
+    from baton.service.outside_services import OutsideServices
+    from baton.storage.errors import DATABASE
+    from baton.storage.ports.metrics import MetricRecords, ServiceStateRecords
+
+    outside = OutsideServices(ServiceStateRecords(store), openkat or OpenKatSettings())
+    return Metrics(MetricRecords(store), outside, DATABASE)
+
+
 def app_services(settings: Settings, store: Store) -> Any:
     """The services an API app serves with, over `store` (`baton.service.app_services.AppServices`)."""
     from baton.service.app_services import AppServices
@@ -251,7 +262,7 @@ def app_services(settings: Settings, store: Store) -> Any:
     from baton.storage.ports.tokens import TokenRecords
     from baton.storage.queues.door import QueueDoor
 
-    metrics = Metrics(store, settings.openkat)
+    metrics: Metrics = metrics_for(store, settings.openkat)
 
     def queue_service() -> QueueService:
         """A queue service of its own: its door's pool and wake-ups' listener belong to the event loop

@@ -15,8 +15,7 @@ from sqlalchemy import update
 
 from baton.core.model import SchedulerState, TaskStatus, utcnow
 from baton.core.settings import Settings
-from baton.runtime import broker_queues, build_app
-from baton.service.metrics import Metrics
+from baton.runtime import broker_queues, build_app, metrics_for
 from baton.service.queues import QueueService
 from baton.service.status import BrokerProbe, PageRequest, RateSampler, StatusService, TaskFilter
 from baton.service.tokens import Scope, create_token
@@ -141,7 +140,7 @@ def test_failures_of_the_last_hour_are_a_bounded_read(store: Store) -> None:
 
 
 def test_rates_are_sampled_from_this_process_counters(store: Store) -> None:
-    metrics = Metrics(store)
+    metrics = metrics_for(store)
     sampler = RateSampler(metrics, interval=5.0, window=15.0)
     sampler.sample(clock=0.0)
     metrics.pops.labels("boefje-acme").inc(10)
@@ -212,7 +211,7 @@ def test_control_plane_shows_the_leader_and_says_what_is_absent(client: TestClie
 
 def status_service(store: Store, **settings: Any) -> StatusService:
     config = Settings(database_url=store.url, **settings)
-    metrics = Metrics(store)
+    metrics = metrics_for(store)
     return StatusService(store, config, QueueService(store, config, None, metrics), metrics)  # type: ignore[arg-type]
 
 

@@ -83,6 +83,15 @@ class LeaderRow:
 
 
 @dataclass(frozen=True)
+class StoreCounts:
+    """What /metrics reads from the database at scrape time (the same on every replica)."""
+
+    queues: dict[str, tuple[int, int]]  # queue id -> (queued, in flight), from the counters
+    recovered: int  # times recovery re-queued or failed a stuck task
+    leaders: list[LeaderRow]
+
+
+@dataclass(frozen=True)
 class Leadership:
     role: str
     holder: str

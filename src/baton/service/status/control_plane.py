@@ -179,7 +179,7 @@ def read_control_plane(
         organisations = [org.id for org in organisations_page(session, first)]
         workers = reflected.workers_snapshot(session, TABLE_ROWS)
         owners = reflected.lease_owners(session)
-        outside_services = [] if outside is None else outside.read(session)
+    outside_services = [] if outside is None else outside.statuses()
     if broker is None or broker_queues is None:
         broker_status = NOT_CONFIGURED
     else:
