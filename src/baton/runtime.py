@@ -276,7 +276,8 @@ def app_services(settings: Settings, store: Store) -> Any:
         return QueueService(store, settings, door, metrics)
 
     def status_service(queues: QueueService, broker: Any) -> StatusService:
-        return StatusService(store, settings, queues, metrics, broker)
+        service: StatusService = status_service_for(settings, store, queues, metrics, broker)
+        return service
 
     return AppServices(
         settings=settings,
@@ -294,6 +295,16 @@ def app_services(settings: Settings, store: Store) -> Any:
         broker=lambda: broker_probe(settings),
         broker_queues=broker_queues,
     )
+
+
+def status_service_for(settings: Settings, store: Store, queues: Any, metrics: Any, broker: Any = None) -> Any:
+    """The status page's service over `store` (`baton.service.status.StatusService`)."""
+    from baton.service.operator import OperatorActions
+    from baton.service.status import StatusService
+    from baton.storage.ports.operator import TaskActions
+    from baton.storage.ports.status import StatusReads
+
+    return StatusService(StatusReads(store), OperatorActions(TaskActions(store)), settings, queues, metrics, broker)
 
 
 def broker_queues(organisations: Sequence[str]) -> tuple[str, list[str]]:
