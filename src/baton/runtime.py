@@ -273,7 +273,8 @@ def app_services(settings: Settings, store: Store) -> Any:
             group_pops=settings.group_pops,
             receipt_seconds=settings.pop_receipt_seconds,
         )
-        return QueueService(store, settings, door, metrics)
+        service: QueueService = queue_service_for(settings, store, door, metrics)
+        return service
 
     def status_service(queues: QueueService, broker: Any) -> StatusService:
         service: StatusService = status_service_for(settings, store, queues, metrics, broker)
@@ -295,6 +296,17 @@ def app_services(settings: Settings, store: Store) -> Any:
         broker=lambda: broker_probe(settings),
         broker_queues=broker_queues,
     )
+
+
+def queue_service_for(settings: Settings, store: Store, door: Any, metrics: Any) -> Any:
+    """The queue service over `store` and its queue door (`baton.service.queues.QueueService`), with the
+    wake-ups of the store's backend."""
+    from baton.service.queues import QueueService
+    from baton.storage.ports.queues import QueueRecords
+    from baton.storage.queues.wakeups import wakeups_for
+
+    wakeups = wakeups_for(store, settings.pop_recheck_seconds)
+    return QueueService(QueueRecords(store), settings, door, metrics, wakeups)
 
 
 def status_service_for(settings: Settings, store: Store, queues: Any, metrics: Any, broker: Any = None) -> Any:

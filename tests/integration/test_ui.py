@@ -15,8 +15,7 @@ from sqlalchemy import update
 
 from baton.core.model import SchedulerState, TaskStatus, utcnow
 from baton.core.settings import Settings
-from baton.runtime import broker_queues, build_app, metrics_for, status_service_for
-from baton.service.queues import QueueService
+from baton.runtime import broker_queues, build_app, metrics_for, queue_service_for, status_service_for
 from baton.service.status import BrokerProbe, PageRequest, RateSampler, StatusService, TaskFilter
 from baton.service.tokens import Scope, create_token
 from baton.storage.control import scheduler_leases
@@ -212,7 +211,7 @@ def test_control_plane_shows_the_leader_and_says_what_is_absent(client: TestClie
 def status_service(store: Store, **settings: Any) -> StatusService:
     config = Settings(database_url=store.url, **settings)
     metrics = metrics_for(store)
-    return status_service_for(config, store, QueueService(store, config, None, metrics), metrics)  # type: ignore[arg-type]
+    return status_service_for(config, store, queue_service_for(config, store, None, metrics), metrics)
 
 
 def test_workers_and_leases_are_shown(store: Store) -> None:
