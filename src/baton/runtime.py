@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from baton.core.identity import process_location
 from baton.core.logging import get_logger
 from baton.core.model import RunnerKind, SchedulerSpec, SchedulerType
-from baton.core.settings import Settings
+from baton.core.settings import OpenKatSettings, Settings
 from baton.storage.engine import (
     Store,
     database_error,
@@ -230,6 +230,17 @@ def run_worker(settings: Settings) -> None:
 # -- the API --------------------------------------------------------------------------------------------
 
 
+def metrics_for(store: Store, openkat: OpenKatSettings | None = None) -> Any:
+    """An app's metrics over `store` (`baton.service.metrics.Metrics`): its own registry."""
+    from baton.service.metrics import Metrics
+    from baton.service.outside_services import OutsideServices
+    from baton.storage.errors import DATABASE
+    from baton.storage.ports.metrics import MetricRecords, ServiceStateRecords
+
+    outside = OutsideServices(ServiceStateRecords(store), openkat or OpenKatSettings())
+    return Metrics(MetricRecords(store), outside, DATABASE)
+
+
 def app_services(settings: Settings, store: Store) -> Any:
     """The services an API app serves with, over `store` (`baton.service.app_services.AppServices`)."""
     from baton.service.app_services import AppServices
@@ -252,7 +263,7 @@ def app_services(settings: Settings, store: Store) -> Any:
     from baton.storage.ports.tokens import TokenRecords
     from baton.storage.queues.door import QueueDoor
 
-    metrics = Metrics(store, settings.openkat)
+    metrics: Metrics = metrics_for(store, settings.openkat)
 
     def queue_service() -> QueueService:
         """A queue service of its own: its door's pool and wake-ups' listener belong to the event loop
@@ -263,10 +274,12 @@ def app_services(settings: Settings, store: Store) -> Any:
             group_pops=settings.group_pops,
             receipt_seconds=settings.pop_receipt_seconds,
         )
-        return QueueService(store, settings, door, metrics)
+        service: QueueService = queue_service_for(settings, store, door, metrics)
+        return service
 
     def status_service(queues: QueueService, broker: Any) -> StatusService:
-        return StatusService(store, settings, queues, metrics, broker)
+        service: StatusService = status_service_for(settings, store, queues, metrics, broker)
+        return service
 
     return AppServices(
         settings=settings,
@@ -284,6 +297,27 @@ def app_services(settings: Settings, store: Store) -> Any:
         broker=lambda: broker_probe(settings),
         broker_queues=broker_queues,
     )
+
+
+def queue_service_for(settings: Settings, store: Store, door: Any, metrics: Any) -> Any:
+    """The queue service over `store` and its queue door (`baton.service.queues.QueueService`), with the
+    wake-ups of the store's backend."""
+    from baton.service.queues import QueueService
+    from baton.storage.ports.queues import QueueRecords
+    from baton.storage.queues.wakeups import wakeups_for
+
+    wakeups = wakeups_for(store, settings.pop_recheck_seconds)
+    return QueueService(QueueRecords(store), settings, door, metrics, wakeups)
+
+
+def status_service_for(settings: Settings, store: Store, queues: Any, metrics: Any, broker: Any = None) -> Any:
+    """The status page's service over `store` (`baton.service.status.StatusService`)."""
+    from baton.service.operator import OperatorActions
+    from baton.service.status import StatusService
+    from baton.storage.ports.operator import TaskActions
+    from baton.storage.ports.status import StatusReads
+
+    return StatusService(StatusReads(store), OperatorActions(TaskActions(store)), settings, queues, metrics, broker)
 
 
 def broker_queues(organisations: Sequence[str]) -> tuple[str, list[str]]:

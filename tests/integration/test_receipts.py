@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from baton.core.errors import DatabaseUnavailableError
 from baton.core.settings import Settings
-from baton.runtime import build_app
+from baton.runtime import build_app, metrics_for, queue_service_for
 from baton.storage.engine import Store
 from harness.factories import add_organisation, push
 from harness.waiting import wait_until
@@ -253,8 +253,6 @@ def test_a_group_pop_whose_acknowledgement_was_lost_leaves_no_task_dispatched(pg
     receipt; that statement commits and its connection breaks: every waiter answers 503, and the
     batch's tasks go back."""
     from baton.core.queueing import PopRequest
-    from baton.service.metrics import Metrics
-    from baton.service.queues import QueueService
     from baton.storage.queues.door import QueueDoor
 
     add_organisation(pg_store, "acme", maxsize=0)
@@ -274,7 +272,7 @@ def test_a_group_pop_whose_acknowledgement_was_lost_leaves_no_task_dispatched(pg
     door.link._execute = commit_then_break  # type: ignore[attr-defined]
     # Deduplication off: a boefje pop of two tasks is then the grouped pop (on, a deduplication group's).
     settings = Settings(database_url=pg_store.url, deduplicate=False)
-    queues = QueueService(pg_store, settings, door, Metrics(pg_store))
+    queues = queue_service_for(settings, pg_store, door, metrics_for(pg_store))
 
     async def scenario() -> list[Any]:
         try:

@@ -15,9 +15,7 @@ from sqlalchemy import update
 
 from baton.core.model import SchedulerState, TaskStatus, utcnow
 from baton.core.settings import Settings
-from baton.runtime import broker_queues, build_app
-from baton.service.metrics import Metrics
-from baton.service.queues import QueueService
+from baton.runtime import broker_queues, build_app, metrics_for, queue_service_for, status_service_for
 from baton.service.status import BrokerProbe, PageRequest, RateSampler, StatusService, TaskFilter
 from baton.service.tokens import Scope, create_token
 from baton.storage.control import scheduler_leases
@@ -141,7 +139,7 @@ def test_failures_of_the_last_hour_are_a_bounded_read(store: Store) -> None:
 
 
 def test_rates_are_sampled_from_this_process_counters(store: Store) -> None:
-    metrics = Metrics(store)
+    metrics = metrics_for(store)
     sampler = RateSampler(metrics, interval=5.0, window=15.0)
     sampler.sample(clock=0.0)
     metrics.pops.labels("boefje-acme").inc(10)
@@ -212,8 +210,8 @@ def test_control_plane_shows_the_leader_and_says_what_is_absent(client: TestClie
 
 def status_service(store: Store, **settings: Any) -> StatusService:
     config = Settings(database_url=store.url, **settings)
-    metrics = Metrics(store)
-    return StatusService(store, config, QueueService(store, config, None, metrics), metrics)  # type: ignore[arg-type]
+    metrics = metrics_for(store)
+    return status_service_for(config, store, queue_service_for(config, store, None, metrics), metrics)
 
 
 def test_workers_and_leases_are_shown(store: Store) -> None:

@@ -83,6 +83,15 @@ class LeaderRow:
 
 
 @dataclass(frozen=True)
+class StoreCounts:
+    """What /metrics reads from the database at scrape time (the same on every replica)."""
+
+    queues: dict[str, tuple[int, int]]  # queue id -> (queued, in flight), from the counters
+    recovered: int  # times recovery re-queued or failed a stuck task
+    leaders: list[LeaderRow]
+
+
+@dataclass(frozen=True)
 class Leadership:
     role: str
     holder: str
@@ -119,6 +128,18 @@ class EstateCounts:
 
 
 @dataclass(frozen=True)
+class EstateReading:
+    """The status page's snapshot as read: the estate's counts and the totals per type, each by
+    aggregate SQL."""
+
+    estate: EstateCounts
+    failed: dict[str, int]  # failures since the window's start per queue
+    failed_capped: bool  # more failed than the scan counts
+    type_totals: dict[str, tuple[int, int, int, int]]  # type -> (queues, queued, in flight, full queues)
+    oldest_by_type: dict[str, datetime]  # type -> its oldest queued task's creation
+
+
+@dataclass(frozen=True)
 class TaskRow:
     seq: int
     id: uuid.UUID
@@ -132,6 +153,28 @@ class TaskRow:
     reason: str | None
     created_at: datetime
     modified_at: datetime
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """One task as the status page shows it: its row, its schedule and its job."""
+
+    row: TaskRow
+    schedule_id: str | None
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RequeueState:
+    """What a requeue is decided on: the task (locked until the transaction ends) and its queue."""
+
+    status: str
+    queue_id: str
+    hash: str | None
+    enabled: bool
+    maxsize: int
+    queued: int
+    twin: bool  # a task with its hash is queued in its queue
 
 
 @dataclass(frozen=True)
@@ -153,3 +196,22 @@ class QueueView:
     in_flight: int
     maxsize: int
     enabled: bool
+
+
+@dataclass(frozen=True)
+class SchedulerRows:
+    """A page of schedulers as read (up to `limit + 1`), with the columns a newer release added."""
+
+    rows: list[SchedulerRecord]
+    extras: dict[str, dict[str, Any]]  # scheduler id -> its extra columns' values
+    extra_columns: list[str]
+
+
+@dataclass(frozen=True)
+class ControlPlaneReading:
+    """The control plane as the database records it."""
+
+    leaders: list[LeaderRow]
+    organisations: list[str]  # the first few, by id: whose RabbitMQ queues the page looks at
+    workers: TableSnapshot | None  # None: the database has no workers table
+    lease_owners: list[tuple[str | None, int]]  # (owner, schedulers)

@@ -1,8 +1,8 @@
 """Tasks: the API's listing (OpenKAT's page and query parameters) and hourly statistics, one task as
 a record, and one task as the status page shows it, with what an operator may do to it.
 
-Lists of tasks have one home in storage (`storage/queues/task_pages.py`); this module opens the unit of
-work and shapes the answers.
+Lists of tasks have one home in storage (`storage/queues/task_pages.py`), reached through the ports
+(`TaskListings`, storage/ports/tasks.py); this module shapes the answers.
 """
 
 from __future__ import annotations
@@ -18,10 +18,7 @@ from baton.core.filters import FilterTree
 from baton.core.lifecycle import may_precede
 from baton.core.model import TaskStatus, utcnow
 from baton.core.task_queries import TaskQuery
-from baton.core.views import TaskRow
-from baton.storage.engine import Session
-from baton.storage.queues import task_rows
-from baton.storage.queues.task_pages import page_row
+from baton.core.views import TaskEntry, TaskRow
 
 STATS_ORDER = ("pending", *(status.value for status in TaskStatus))
 CANCELLABLE = may_precede(TaskStatus.CANCELLED)
@@ -89,15 +86,15 @@ class TaskDetail:
     can_change_priority: bool
 
 
-def task_detail(session: Session, task_id: uuid.UUID) -> TaskDetail:
-    task = task_rows.find_task(session, task_id)
-    if task is None:
+def task_detail(task_id: uuid.UUID, entry: TaskEntry | None) -> TaskDetail:
+    """The task as read (`entry`; None: there is none, NotFoundError) with what may be done to it."""
+    if entry is None:
         raise NotFoundError(f"task '{task_id}' not found")
-    status = TaskStatus(task.status)
+    status = TaskStatus(entry.row.status)
     return TaskDetail(
-        task=page_row(task),
-        schedule_id=task.schedule_id,
-        data=task.data,
+        task=entry.row,
+        schedule_id=entry.schedule_id,
+        data=entry.data,
         can_cancel=status in CANCELLABLE,
         can_requeue=status in REQUEUABLE,
         can_change_priority=status in REPRIORITISABLE,
