@@ -27,6 +27,7 @@ TASK_TIMEOUT = 1800.0
 SMALLEST_LOOP = 1.0  # no polling loop faster than this, whatever the factor
 SMALLEST_TIMEOUT = 30.0  # a runner on a loaded machine must be able to report within it
 RETENTION_SHARE = 1 / 6  # the retention horizon, as a share of the run: it works during the run
+RETENTION_FLOOR = 45.0  # seconds: longer than a broker restart takes to redeliver (retention_horizon)
 
 FAULTS = ("outside_service_down", "worker_sigkill", "api_restart", "rabbitmq_restart", "postgres_restart")
 
@@ -101,7 +102,10 @@ class Plan:
 
     @property
     def retention_horizon(self) -> float:
-        return self.seconds * RETENTION_SHARE
+        """A sixth of the run, and at least RETENTION_FLOOR: an event RabbitMQ delivers again after a
+        restart (its ack lost) finds its task still there and makes no second one; a task retention
+        removed already cannot tell it (in production the horizon is days, a redelivery seconds)."""
+        return max(RETENTION_FLOOR, self.seconds * RETENTION_SHARE)
 
     def scaled(self, seconds: float, floor: float = 0.0) -> float:
         return max(floor, seconds / self.factor)
