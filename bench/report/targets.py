@@ -321,12 +321,34 @@ def rescan_wall(scenarios: dict[str, Any]) -> str | None:
     return said.strip().rstrip(".") or None
 
 
+def lost_pop_wall(scenarios: dict[str, Any]) -> str | None:
+    """A pop whose statement committed in the API replica the run SIGKILLed, its answer never sent: the
+    task is dispatched and nobody holds it, which only the task timeout can find (OpenKAT's runners send
+    no receipt). Its recovery is a new task (the original cancelled, then removed by retention)."""
+    soak = scenarios.get("soak", {})
+    checks = {check["key"]: check for check in soak.get("checks", [])}
+    stranded = checks.get("stranded", {}).get("detail", "")
+    kills = [fault for fault in soak.get("faults", []) if fault["kind"] == "api_restart"]
+    if not kills or "0 'recovered stuck tasks'" in stranded:
+        return None
+    timeout = soak.get("settings", {}).get("BATON_TASK_TIMEOUT_SECONDS", "?")
+    return (
+        f"the API replica SIGKILLed at {kills[0]['at']:.0f} s into the run had committed a pop whose answer never "
+        f"left it; only the task timeout ({timeout} s) can find such a task, and did (the one 'recovered stuck "
+        "tasks' line); its recovery is a new task (a second normalizer task for that raw file), the original "
+        "was cancelled and then removed by retention before the end (counted as gone unfinished)"
+    )
+
+
 # A missed target's wall, measured in the same run: said under Misses.
 WALLS: dict[str, Callable[[dict[str, Any]], str | None]] = {
     "push.ratios.push_8": push_wall,
     "director.scheduler_process.uss_max_mib": fork_wall,
     "soak.judged.table_ratio": retention_wall,
     "soak.judged.schedules": rescan_wall,
+    "soak.judged.stranded": lost_pop_wall,
+    "soak.judged.accounted": lost_pop_wall,
+    "soak.judged.events": lost_pop_wall,
 }
 
 
