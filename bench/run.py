@@ -3,6 +3,7 @@
     bash bench/run.sh [--quick]                      # throw-away PostgreSQL and RabbitMQ, every scenario
     python -m bench.run --database-url URL --amqp-url URL [--quick] [--only NAME,...] [--skip NAME,...]
     python -m bench.run --profile                    # just the profile (before/after)
+    python -m bench.run --only soak --soak-minutes 60  # the soak run, an hour (--quick: a minute)
 
 Running a subset keeps the other scenarios' results from docs/benchmarks.json (each result carries
 when it was measured and whether it was quick); running all of them starts afresh. Nothing in docs/
@@ -72,6 +73,9 @@ def main() -> None:
         default=Path(os.environ.get("BATON_BENCH_OLD_WORKTREE", report.ROOT.parent / "wt-old")),
         help="checkout of the pre-restructure commit with its own .venv, for the profile's 'before'",
     )
+    parser.add_argument(
+        "--soak-minutes", type=float, help="the soak run's length (default 60, with --quick 1)", default=None
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     if not args.database_url or not args.amqp_url:
@@ -81,7 +85,13 @@ def main() -> None:
     # their __main__, and should not pay for SQLAlchemy and the rest.
     from bench.scenarios.common import Context, postgres_version
 
-    ctx = Context(args.database_url, args.amqp_url, quick=args.quick, old_worktree=args.old_worktree)
+    ctx = Context(
+        args.database_url,
+        args.amqp_url,
+        quick=args.quick,
+        old_worktree=args.old_worktree,
+        soak_minutes=args.soak_minutes,
+    )
 
     results: dict[str, Any] = {"meta": {}, "scenarios": {}}
     if set(names) != set(NAMES) and args.results.exists():

@@ -26,12 +26,13 @@ from harness.waiting import free_port
 class ThrowawayPostgres:
     """A private PostgreSQL cluster (for tests that stop the server)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, settings: dict[str, str] | None = None) -> None:
         self.bin = Path(os.environ["BATON_TEST_PG_BIN"])
         self.directory = directory
         self.data = directory / "data"
         self.port = free_port()
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        self.settings = settings or {}  # server settings (`-c name=value`), e.g. max_connections
 
     def _run(self, *args: str) -> None:
         command = [str(self.bin / args[0]), *args[1:]]
@@ -45,12 +46,24 @@ class ThrowawayPostgres:
             shutil.chown(self.directory, "postgres", "postgres")
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust")
 
-    def start(self) -> None:
+    def _options(self) -> str:
         options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.directory / "log"), "-w", "-o", options, "start")
+        return options + "".join(f" -c {name}={value}" for name, value in self.settings.items())
+
+    def start(self) -> None:
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.directory / "log"), "-w", "-o", self._options(), "start"
+        )
 
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def restart(self) -> None:
+        """`pg_ctl -m fast restart`: every connection is terminated, the server back when it returns."""
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.directory / "log"), "-m", "fast", "-w", "-o",
+            self._options(), "restart",
+        )  # fmt: skip
 
 
 def rabbitmqctl(*args: str, env: dict[str, str] | None = None) -> None:

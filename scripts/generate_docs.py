@@ -152,11 +152,11 @@ def _without_baton_environment() -> Iterator[None]:
 
 def openapi_json() -> str:
     """docs/openapi.json: the schema a server with authentication on publishes at /openapi.json."""
-    from baton.api import create_app
+    from baton.runtime import build_app
 
     with tempfile.TemporaryDirectory() as directory, _without_baton_environment():
         settings = Settings(database_url=f"sqlite:///{directory}/schema.db", auth="on")
-        schema = create_app(settings).openapi()
+        schema = build_app(settings).openapi()
     return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 

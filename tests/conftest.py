@@ -26,8 +26,8 @@ from fastapi.testclient import TestClient
 from hypothesis import settings as hypothesis_settings
 from sqlalchemy import make_url, text
 
-from baton.api import create_app
 from baton.core.settings import Settings
+from baton.runtime import build_app
 from baton.storage.engine import Store
 from baton.storage.tables import Base
 from baton.storage.urls import libpq_conninfo
@@ -198,7 +198,7 @@ def settings(database_url: str) -> Settings:
 
 @pytest.fixture
 def client(settings: Settings, store: Store) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, store)) as test_client:
+    with TestClient(build_app(settings, store)) as test_client:
         yield test_client
 
 

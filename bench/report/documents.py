@@ -15,11 +15,13 @@ from bench.report.fairness import section_fairness, section_organisations
 from bench.report.formatting import num, shown, table
 from bench.report.leases import replication_leases_markdown, section_leases
 from bench.report.listings import section_listings
+from bench.report.mula_import import section_mula_import
 from bench.report.plots import plot_fairness, plot_overview
 from bench.report.profiles import section_profile
 from bench.report.rescans import section_rescans
 from bench.report.retention import section_retention
 from bench.report.schedulers import section_director, section_workers
+from bench.report.soak import plot_soak, section_soak
 from bench.report.targets import RETIRED, WALLS, Verdict, invalid_reason, verdicts
 from bench.report.throughput import (
     section_batched,
@@ -54,6 +56,8 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "capacity": section_capacity,
     "listings": section_listings,
     "rescans": section_rescans,
+    "mula_import": section_mula_import,
+    "soak": section_soak,
 }
 
 
@@ -73,8 +77,9 @@ def section_targets(found: list[Verdict], scenarios: dict[str, Any]) -> list[str
         "## Targets",
         "",
         "Computed by `bench/report/` from the measurements below (each a ratio against a baseline of the same "
-        "run, except ingest's absolute rate, a scheduler process's memory and the lease scenarios' times and "
-        "counts, whose thresholds follow from the lease settings of the run).",
+        "run, except ingest's absolute rate, a scheduler process's memory, the lease scenarios' times and "
+        "counts, whose thresholds follow from the lease settings of the run, and the soak run's counts and its "
+        "last window against its first).",
         "",
         *table(["target", "measured", "threshold", "verdict", "issue", "from"], rows, "lrrlll"),
     ]
@@ -207,6 +212,9 @@ def write(results: dict[str, Any], docs: Path = DOCS) -> list[Path]:
     if "fairness" in scenarios:
         plot_fairness(scenarios["fairness"], docs / "benchmarks-fairness.png")
         written.append(docs / "benchmarks-fairness.png")
+    if "soak" in scenarios:
+        plot_soak(scenarios["soak"], docs / "benchmarks-soak.png")
+        written.append(docs / "benchmarks-soak.png")
     if "replication" in scenarios:
         replication = docs / "replication-results.md"
         replication.write_text(replication_markdown(scenarios["replication"]))

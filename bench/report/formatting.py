@@ -21,6 +21,8 @@ def shown(value: float | None, how: Shown) -> str:
         return "never" if math.isinf(value) else f"{value:,.1f} s"
     if how == "count":
         return f"{value:,.0f}"
+    if how == "ms":
+        return f"{value:.2f} ms"
     if how == "cpu_per_minute":
         return f"{value:,.1f} CPU-s/min"
     return f"{value:,.0f}/s"

@@ -32,7 +32,8 @@ def plot_overview(scenarios: dict[str, Any], path: Path) -> None:
     left.set_xlabel("concurrent clients")
     left.set_ylabel("tasks popped per second (log)")
     left.set_title("Pop throughput")
-    left.legend(fontsize=7)
+    if series:
+        left.legend(fontsize=7)
     depth = scenarios.get("depth", {}).get("rows", [])
     if depth:
         sizes = [row["queued"] for row in depth]

@@ -27,6 +27,8 @@ NAMES = (
     "capacity",
     "listings",
     "rescans",
+    "mula_import",
+    "soak",
 )
 
 

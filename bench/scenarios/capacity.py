@@ -1,14 +1,14 @@
 """Capacity: what each operation costs in CPU, for the capacity model of docs/scaling.md.
 
-One `baton serve --no-director` on PostgreSQL, 8 clients per series for a fixed time: HTTP pop (one
-task), HTTP pop limit=10, HTTP push, HTTP PATCH of a task's status (dispatched -> completed, as
-OpenKAT's runners report the end of a task), HTTP GET of a task (OpenKAT's runners read it back before
-the last PATCH), and the raw-SQL baselines of each (Baton's own pop and status statements, the push's
-INSERT, a SELECT by id) via psycopg. Around each series the CPU time of the API process
-tree, of the PostgreSQL server (the postmaster and all its children: it must be PostgreSQL of its own,
-on this machine) and of the load generator is read from /proc (`harness.cputime`), and the WAL written
-(`pg_current_wal_lsn()`): operations per CPU-second (per core at 100 % use) and WAL bytes per
-operation, which the machine's noise distorts far less than it distorts rates.
+One `baton serve --no-director` on PostgreSQL, 8 clients per series for a fixed time: HTTP pop (one task),
+HTTP pop limit=10, HTTP push (OpenKAT's boefje push: the task, its schedule and run), HTTP PATCH of a task's
+status (dispatched -> completed, as OpenKAT's runners report the end of a task), HTTP GET of a task (OpenKAT's
+runners read it back before the last PATCH), and the raw-SQL baselines of each (Baton's own pop and status
+statements, the INSERT of a task with its schedule and run in one statement, a SELECT by id) via psycopg.
+Around each series the CPU time of the API process tree, of the PostgreSQL server (the postmaster and all its
+children: it must be PostgreSQL of its own, on this machine) and of the load generator is read from /proc
+(`harness.cputime`), and the WAL written (`pg_current_wal_lsn()`): operations per CPU-second (per core at
+100 % use) and WAL bytes per operation, which the machine's noise distorts far less than it distorts rates.
 
 Then table growth: 100,000 boefje tasks with OpenKAT's task data (20 boefjes of the catalogue x 5,000
 objects) taken through their lifecycle (queued, dispatched, running, completed), bytes per row of
@@ -42,7 +42,7 @@ from bench.scenarios.common import (
     sql_pop,
     wal_position,
 )
-from bench.scenarios.push import http_push, raw_insert
+from bench.scenarios.push import BOEFJE_BODY, SCHEDULED_INSERT_SQL, openkat_push, raw_insert
 from bench.scenarios.table_growth import growth
 from harness.cputime import own_seconds, parent_of, snapshot, stat, tree_seconds
 
@@ -214,13 +214,27 @@ def series_of(ctx: Context, url: str) -> list[Series]:
             top_up,
             int(15_000 * seconds),
         ),
-        Series("HTTP push", "push", "http", lambda _b: [http_push(url)] * CLIENTS, nothing, 0),
-        Series("raw INSERT", "push", "sql", lambda _b: [raw_insert(ctx)] * CLIENTS, nothing, 0),
+        # OpenKAT's push, as its web UI sends a boefje task: the task with its rescan schedule and run.
+        Series(
+            "HTTP push (OpenKAT boefje)", "push", "http", lambda _b: [openkat_boefje_push(url)] * CLIENTS, nothing, 0
+        ),
+        Series(
+            "raw INSERT with schedule",
+            "push",
+            "sql",
+            lambda _b: [raw_insert(ctx, SCHEDULED_INSERT_SQL)] * CLIENTS,
+            nothing,
+            0,
+        ),
         Series("HTTP PATCH", "patch", "http", http_patches, dispatched, int(3_000 * seconds)),
         Series("raw UPDATE", "patch", "sql", sql_patches, dispatched, int(9_000 * seconds)),
         Series("HTTP GET task", "read", "http", http_reads, dispatched, int(4_000 * seconds)),
         Series("raw SELECT by id", "read", "sql", sql_reads, dispatched, int(16_000 * seconds)),
     ]
+
+
+def openkat_boefje_push(url: str) -> Request:
+    return openkat_push(url, "boefje", BOEFJE_BODY)
 
 
 def duration(ctx: Context) -> float:

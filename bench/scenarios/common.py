@@ -50,6 +50,8 @@ class Context:
     quick: bool = False
     # A checkout of the code before the restructure (with its own .venv), for the profile's "before".
     old_worktree: Path | None = None
+    # The soak run's length (None: an hour, or a minute with --quick).
+    soak_minutes: float | None = None
     work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="baton-bench-")))
 
     def size(self, full: int, quick: int) -> int:

@@ -17,6 +17,7 @@ from bench.scenarios.common import (
     rows_against,
     serve,
     sql_pop,
+    with_server_cpu,
 )
 
 CLIENTS = (1, 8)
@@ -33,7 +34,9 @@ def run(ctx: Context) -> dict[str, Any]:
         series = {}
         for count in CLIENTS:
             series[f"raw SQL|{count}"] = clients(sql_pop(ctx), count, ctx.duration)
-            series[f"HTTP, 1 process|{count}"] = clients(http_pop(one.url), count, ctx.duration)
+            series[f"HTTP, 1 process|{count}"] = with_server_cpu(
+                clients(http_pop(one.url), count, ctx.duration), one.process.pid
+            )
             series[f"HTTP, BATON_WORKERS=2|{count}"] = clients(http_pop(two.url), count, ctx.duration)
             series[f"HTTP, BATON_GROUP_POPS=false|{count}"] = clients(http_pop(ungrouped.url), count, ctx.duration)
         measured = interleaved(series, ctx.rounds)
@@ -45,4 +48,9 @@ def run(ctx: Context) -> dict[str, Any]:
         "ratios": ratios_by_clients(measured, "http", "HTTP, 1 process", "raw SQL", CLIENTS)
         | ratios_by_clients(measured, "workers2", "HTTP, BATON_WORKERS=2", "raw SQL", CLIENTS)
         | ratios_by_clients(measured, "ungrouped", "HTTP, BATON_GROUP_POPS=false", "raw SQL", CLIENTS),
+        "server_cpu_ms_per_pop": {
+            name: summary["server_cpu_ms_per_op"]
+            for name, summary in measured.items()
+            if "server_cpu_ms_per_op" in summary
+        },
     }

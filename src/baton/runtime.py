@@ -2,8 +2,9 @@
 elector, which services run beside the API. The command line calls these; nothing else builds
 the runtime.
 
-Heavy imports (FastAPI, uvicorn, the Kubernetes client) happen inside the function that needs them,
-so a stand-alone scheduler process loads only what a scheduler uses.
+Heavy imports (FastAPI, uvicorn, the Kubernetes client, ingest and control) happen inside the function
+that needs them, so a stand-alone scheduler process loads only what a scheduler uses, and an API replica
+(`baton serve --no-director`) only what serving uses (ingest's catalogue file only to seed it).
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from typing import Any, Protocol
 from baton.core.identity import process_location
 from baton.core.logging import get_logger
 from baton.core.model import RunnerKind, SchedulerSpec, SchedulerType
-from baton.core.settings import Settings
-from baton.ingest.catalogue.plugins_file import seed_catalogue
-from baton.ingest.events import CompositeSource, DatabaseInbox, EventSource
+from baton.core.settings import OpenKatSettings, Settings
 from baton.storage.engine import (
     Store,
     database_error,
@@ -45,20 +44,23 @@ class Service(Protocol):
 
 def prepare_store(settings: Settings) -> Store:
     """Open the store, apply migrations and seed the plugin catalogue (idempotent)."""
-    store = open_store(settings.database_url)
+    from baton.ingest.catalogue.plugins_file import seed_catalogue
+
+    store = open_store(settings.database_url, settings.database_schema)
     migrate_store(store)
     try:
         with store.session() as session:
             seed_catalogue(session, settings.plugins_file)
     except OSError as exc:
-        raise database_error(exc, settings.database_url) from exc
+        raise database_error(exc, settings.database_url, settings.database_schema) from exc
     return store
 
 
 def current_store(settings: Settings, wait_for_database: bool = False) -> Store:
     """Open the store without migrating; refuse a database whose schema is not current. With
     `wait_for_database`, wait out an outage instead of failing (a director's child)."""
-    store = open_store_when_reachable(settings.database_url) if wait_for_database else open_store(settings.database_url)
+    url, schema = settings.database_url, settings.database_schema
+    store = open_store_when_reachable(url, schema=schema) if wait_for_database else open_store(url, schema)
     require_current_schema(store)
     return store
 
@@ -66,11 +68,11 @@ def current_store(settings: Settings, wait_for_database: bool = False) -> Store:
 # -- schedulers' event sources ------------------------------------------------------------------------
 
 
-def source_factory(
-    settings: Settings, broker_wait_seconds: float | None = None
-) -> Callable[[SchedulerSpec], EventSource | None]:
+def source_factory(settings: Settings, broker_wait_seconds: float | None = None) -> Callable[[SchedulerSpec], Any]:
     """Where a scheduler's events come from: the HTTP inbox, plus RabbitMQ when it is enabled.
     `broker_wait_seconds`: how long a receive may wait for a message (None: the source's default)."""
+
+    from baton.ingest.events import CompositeSource, DatabaseInbox, EventSource
 
     def make(spec: SchedulerSpec) -> EventSource | None:
         if spec.type is SchedulerType.REPORT:
@@ -228,10 +230,125 @@ def run_worker(settings: Settings) -> None:
 # -- the API --------------------------------------------------------------------------------------------
 
 
-def build_app(settings: Settings, store: Store, services: Sequence[Service] = ()) -> Any:
+def metrics_for(store: Store, openkat: OpenKatSettings | None = None) -> Any:
+    """An app's metrics over `store` (`baton.service.metrics.Metrics`): its own registry."""
+    from baton.service.metrics import Metrics
+    from baton.service.outside_services import OutsideServices
+    from baton.storage.errors import DATABASE
+    from baton.storage.ports.metrics import MetricRecords, ServiceStateRecords
+
+    outside = OutsideServices(ServiceStateRecords(store), openkat or OpenKatSettings())
+    return Metrics(MetricRecords(store), outside, DATABASE)
+
+
+def app_services(settings: Settings, store: Store) -> Any:
+    """The services an API app serves with, over `store` (`baton.service.app_services.AppServices`)."""
+    from baton.service.app_services import AppServices
+    from baton.service.events import Events
+    from baton.service.metrics import Metrics
+    from baton.service.organisations import Organisations
+    from baton.service.plugins import Plugins
+    from baton.service.queues import QueueService
+    from baton.service.schedulers import Schedulers
+    from baton.service.schedules import Schedules
+    from baton.service.status import StatusService
+    from baton.service.tasks import Tasks
+    from baton.service.token_cache import TokenCache
+    from baton.storage.ports.events import Inboxes
+    from baton.storage.ports.organisations import OrganisationRecords
+    from baton.storage.ports.plugins import PluginRecords
+    from baton.storage.ports.schedulers import SchedulerRecords
+    from baton.storage.ports.schedules import ScheduleRecords
+    from baton.storage.ports.tasks import TaskListings
+    from baton.storage.ports.tokens import TokenRecords
+    from baton.storage.queues.door import QueueDoor
+
+    metrics: Metrics = metrics_for(store, settings.openkat)
+
+    def queue_service() -> QueueService:
+        """A queue service of its own: its door's pool and wake-ups' listener belong to the event loop
+        that makes it (the server's), and are closed with it (`QueueService.close`)."""
+        door = QueueDoor(
+            store,
+            deduplicate=settings.openkat.deduplicate,
+            group_pops=settings.group_pops,
+            receipt_seconds=settings.pop_receipt_seconds,
+        )
+        service: QueueService = queue_service_for(settings, store, door, metrics)
+        return service
+
+    def status_service(queues: QueueService, broker: Any) -> StatusService:
+        service: StatusService = status_service_for(settings, store, queues, metrics, broker)
+        return service
+
+    return AppServices(
+        settings=settings,
+        database=store,
+        metrics=metrics,
+        tokens=TokenCache(TokenRecords(store)),
+        organisations=Organisations(OrganisationRecords(store), settings.queue_maxsize),
+        plugins=Plugins(PluginRecords(store)),
+        schedules=Schedules(ScheduleRecords(store), settings.auto_organisations, settings.queue_maxsize),
+        schedulers=Schedulers(SchedulerRecords(store), settings.timing.heartbeat_timeout_seconds),
+        events=Events(Inboxes(store)),
+        tasks=Tasks(TaskListings(store)),
+        queue_service=queue_service,
+        status_service=status_service,
+        broker=lambda: broker_probe(settings),
+        broker_queues=broker_queues,
+    )
+
+
+def queue_service_for(settings: Settings, store: Store, door: Any, metrics: Any) -> Any:
+    """The queue service over `store` and its queue door (`baton.service.queues.QueueService`), with the
+    wake-ups of the store's backend."""
+    from baton.service.queues import QueueService
+    from baton.storage.ports.queues import QueueRecords
+    from baton.storage.queues.wakeups import wakeups_for
+
+    wakeups = wakeups_for(store, settings.pop_recheck_seconds, settings.pop_listen_check_seconds)
+    return QueueService(QueueRecords(store), settings, door, metrics, wakeups)
+
+
+def status_service_for(settings: Settings, store: Store, queues: Any, metrics: Any, broker: Any = None) -> Any:
+    """The status page's service over `store` (`baton.service.status.StatusService`)."""
+    from baton.service.operator import OperatorActions
+    from baton.service.status import StatusService
+    from baton.storage.ports.operator import TaskActions
+    from baton.storage.ports.status import StatusReads
+
+    return StatusService(StatusReads(store), OperatorActions(TaskActions(store)), settings, queues, metrics, broker)
+
+
+def broker_queues(organisations: Sequence[str]) -> tuple[str, list[str]]:
+    """The status page's look at RabbitMQ: the dead-letter queue and the queues worth a look,
+    organisation events and each scheduler's."""
+    from baton.ingest.rabbitmq import DEAD_LETTER_QUEUE, EVENT_QUEUE_SUFFIX, ORGANISATIONS_QUEUE, event_queue
+
+    names = [ORGANISATIONS_QUEUE]
+    for organisation in organisations:
+        names += [event_queue(organisation, kind) for kind in EVENT_QUEUE_SUFFIX]
+    return DEAD_LETTER_QUEUE, names
+
+
+def broker_probe(settings: Settings) -> Any:
+    """The status page's RabbitMQ probe (None: RabbitMQ is not configured)."""
+    if not settings.amqp.enabled:
+        return None
+    from baton.ingest.rabbitmq import connect
+    from baton.service.status import BrokerProbe
+
+    url = settings.amqp.url
+    return BrokerProbe(lambda: connect(url))
+
+
+def build_app(settings: Settings, store: Store | None = None, services: Sequence[Service] = ()) -> Any:
+    """The API over `store` (by default one of BATON_DATABASE_URL, connected at its first use); `services`
+    (e.g. the embedded director) start and stop with the server."""
     from baton.api import create_app
 
-    return create_app(settings, store, services=services)
+    store = store if store is not None else Store(settings.database_url, settings.database_schema)
+    return create_app(app_services(settings, store), services=services)
 
 
 def serve(settings: Settings, with_director: bool) -> None:
@@ -278,7 +395,7 @@ def worker_app() -> Any:
 
     settings = Settings()
     configure_logging(settings.log_level, settings.log_json)
-    app = build_app(settings, open_store(settings.database_url))
+    app = build_app(settings, open_store(settings.database_url, settings.database_schema))
     settle_garbage_collector()
     return app
 

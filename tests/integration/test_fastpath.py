@@ -10,11 +10,12 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from baton.api import create_app, fastpath
+from baton.api import fastpath
 from baton.api.fastpath import pop_limit
 from baton.core.errors import DatabaseUnavailableError
 from baton.core.queueing import PushRequest
 from baton.core.settings import Settings
+from baton.runtime import build_app
 from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
 from harness.factories import add_organisation, bearer, push
@@ -232,7 +233,7 @@ def test_a_push_that_fails_is_answered_where_it_failed_and_not_run_again(
     """A push that raised may have written its task (a connection lost after the commit): the fast
     path answers as the route would (503, or 500 for a bug), and never hands it to the route."""
     add_organisation(store, "acme", maxsize=0)
-    with TestClient(create_app(settings, store), raise_server_exceptions=False) as client:
+    with TestClient(build_app(settings, store), raise_server_exceptions=False) as client:
         executor = client.app.state.queues.door  # type: ignore[attr-defined]
         calls = []
 
@@ -261,7 +262,7 @@ def test_the_fast_push_keeps_to_the_push_scope(store: Store) -> None:
             for name, scopes in {"feeder": [Scope.PUSH], "runner": [Scope.POP], "boss": [Scope.ADMIN]}.items()
         }
     settings = Settings(database_url=store.url, auth="on")
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(build_app(settings, store)) as client:
         path = "/queues/boefje-acme/push"
         assert client.post(path, content=push_body(task_hash="1")).status_code == 401
         assert client.post(path, content=push_body(task_hash="1"), headers=bearer("baton_nope")).status_code == 401
@@ -274,3 +275,70 @@ def test_the_fast_push_keeps_to_the_push_scope(store: Store) -> None:
         denied_again = client.post(path, content=push_body(task_hash="1"), headers=bearer(tokens["runner"]))
         assert denied_again.status_code == 403
         assert client.get("/queues/boefje-acme", headers=bearer(tokens["boss"])).json()["size"] == 4
+
+
+# -- OpenKAT's push -----------------------------------------------------------------------------------
+
+
+def openkat_body(host: str, **extra: Any) -> bytes:
+    job = {"boefje": {"id": "dns-records"}, "input_ooi": f"Hostname|internet|{host}", "organization": "acme"}
+    return orjson.dumps({"organisation": "acme", "priority": 2, "data": job, **extra})
+
+
+@pytest.fixture
+def counted_openkat_pushes(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The schedulers the fast path's OpenKAT push ran for."""
+    calls: list[str] = []
+    answer = fastpath.push_answer
+
+    async def counted(queues: Any, scheduler: str, document: Any) -> Any:
+        calls.append(scheduler)
+        return await answer(queues, scheduler, document)
+
+    monkeypatch.setattr(fastpath, "push_answer", counted)
+    return calls
+
+
+def test_the_fast_openkat_push_is_the_routes_push(
+    store: Store, client: TestClient, counted_openkat_pushes: list[str]
+) -> None:
+    """OpenKAT's web UI pushes a boefje task; the fast path answers it as the route does: 201 with the
+    task in OpenKAT's shape (its schedule made), OpenKAT's 409 with Retry-After for a twin, and the
+    service's refusals as the route's handlers answer them."""
+    add_organisation(store, "acme", maxsize=0)
+    fast, routed = both(client, "/schedulers/boefje/push", openkat_body("a.example"), openkat_body("b.example"))
+    assert counted_openkat_pushes == ["boefje"]  # the second went through the route
+    assert fast.status_code == routed.status_code == 201
+    assert [(name, fast.headers[name]) for name in ("content-type",)] == [("content-type", "application/json")]
+    fast_task, routed_task = orjson.loads(fast.content), orjson.loads(routed.content)
+    assert list(fast_task) == list(routed_task)  # the same keys in the same order
+    different = ("id", "hash", "schedule_id", "created_at", "modified_at", "data")
+    assert {key: value for key, value in fast_task.items() if key not in different} == {
+        key: value for key, value in routed_task.items() if key not in different
+    }
+    assert fast_task["scheduler_id"] == "boefje" and fast_task["schedule_id"] is not None
+    assert client.get(f"/schedules/{fast_task['schedule_id']}").status_code == 200
+
+    twin, routed_twin = both(client, "/schedulers/boefje/push", openkat_body("a.example"))
+    same_answer(twin, routed_twin)
+    assert twin.status_code == 409 and twin.headers["retry-after"] == routed_twin.headers["retry-after"] == "60"
+
+    not_a_job, routed_not_a_job = both(
+        client, "/schedulers/boefje/push", orjson.dumps({"organisation": "acme", "data": {}})
+    )
+    same_answer(not_a_job, routed_not_a_job)
+    assert not_a_job.status_code == 400
+    unknown, routed_unknown = both(client, "/schedulers/nothing/push", openkat_body("c.example"))
+    same_answer(unknown, routed_unknown)
+    assert unknown.status_code == 404
+    assert counted_openkat_pushes == ["boefje", "boefje", "boefje", "nothing"]
+
+
+def test_openkat_pushes_the_fast_path_refuses_get_the_routes_answer(
+    store: Store, client: TestClient, counted_openkat_pushes: list[str]
+) -> None:
+    add_organisation(store, "acme", maxsize=0)
+    for body in (b'{"organisation": "acme"}', b'{"organisation": "acme", "data": []}', b"[1]", b"{"):
+        answer = client.post("/schedulers/boefje/push", content=body, headers={"content-type": "application/json"})
+        assert answer.status_code == 422 and answer.json()["detail"][0]["loc"][0] == "body"
+    assert counted_openkat_pushes == []

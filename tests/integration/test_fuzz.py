@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance, unsupported_method
 
-from baton.api import create_app
 from baton.core.settings import Settings
 from baton.ingest.catalogue.plugins_file import seed_catalogue
+from baton.runtime import build_app
 from baton.service.tokens import Scope, create_token
 from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
@@ -70,7 +70,7 @@ class FuzzTarget:
         # Authentication on: the schema then declares it, and schemathesis also checks that
         # requests without a valid token are refused.
         # Waits as short as the schema allows: a drawn `wait` on an empty queue is really waited out.
-        self.app = create_app(Settings(database_url=url, auth="on", pop_max_wait_seconds=0.01), self.store)
+        self.app = build_app(Settings(database_url=url, auth="on", pop_max_wait_seconds=0.01), self.store)
 
     def check(self, case: schemathesis.Case, *, probe_auth: bool = False) -> Any:
         """Send `case` and check its answer; returns the answer.

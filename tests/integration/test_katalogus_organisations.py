@@ -28,7 +28,8 @@ from harness.standins import KatalogusStandin, StandinServer
 from harness.waiting import wait_until
 from tests.katalogus_world import client
 
-LEASES = LeaseSettings(lease_seconds=3, renew_deadline_seconds=2, retry_period_seconds=0.1)
+# Long enough that no lease ends by itself on a loaded machine: the tests end them on purpose.
+LEASES = LeaseSettings(lease_seconds=60, renew_deadline_seconds=40, retry_period_seconds=0.1)
 ORGANISATIONS_CALL = "GET /v1/organisations"
 
 

@@ -446,7 +446,7 @@ def test_on_postgresql_workers_are_woken_when_the_pool_changes(pg_store: Store) 
     """A worker waits for its next round or for a peer's announcement (joined, left, gave schedulers
     up), whichever comes first: hand-overs do not wait for the round."""
     stop = threading.Event()
-    changes = pool_changes.PoolChanges(pg_store.url, stop)
+    changes = pool_changes.PoolChanges(pg_store.address, stop)
     try:
         changes.wait(0)  # listening from now on
         woke = threading.Event()

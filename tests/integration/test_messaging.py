@@ -19,11 +19,14 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from baton.control import organisations_from_rabbitmq as control_organisations
 from baton.control.organisations_from_rabbitmq import OrganisationWatcher, organisation_applier
 from baton.control.runners import ThreadRunner
+from baton.core import supervision
 from baton.core.model import SchedulerSpec, SchedulerType, utcnow
 from baton.core.queueing import PopTarget
 from baton.core.settings import Settings
+from baton.ingest import rabbitmq
 from baton.ingest.catalogue.plugins_file import PluginSpec
 from baton.ingest.events import (
     AnyEvent,
@@ -34,7 +37,14 @@ from baton.ingest.events import (
     as_uuid,
 )
 from baton.ingest.planners.normalizer import NormalizerScheduler
-from baton.ingest.rabbitmq import DEAD_LETTER_QUEUE, ORGANISATIONS_QUEUE, Publisher, RabbitMQSource, event_queue
+from baton.ingest.rabbitmq import (
+    DEAD_LETTER_QUEUE,
+    ORGANISATIONS_QUEUE,
+    OpenKatEventRouter,
+    Publisher,
+    RabbitMQSource,
+    event_queue,
+)
 from baton.ingest.scheduler import SchedulerContext
 from baton.runtime import scheduler_context
 from baton.storage.control.organisations import create_organisation
@@ -255,6 +265,69 @@ def test_broker_restart_mid_stream_loses_and_duplicates_nothing(
     finally:
         scheduler.stop()
         thread.join(10)
+
+
+class Said:
+    """A logger that remembers what it was told, as Baton's modules call theirs."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def _say(self, level: str) -> Any:
+        return lambda event, **_fields: self.lines.append((level, event))
+
+    def __getattr__(self, level: str) -> Any:
+        return self._say(level)
+
+
+def test_a_broker_restart_is_one_outage_for_the_whole_process(
+    pg_store: Store, private_rabbitmq: ThrowawayRabbitMQ, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However many consumers a process runs (a worker of 200 organisations has 400 schedulers' sources,
+    an event router and an organisation watcher), a broker restart is one warning when it begins and one
+    line when it ends: they report their attempts to the process's BROKER tracker and none logs the
+    outage itself (each consumer did, once per outage: hundreds of lines per restart), and a consumer whose
+    connection is still open while the broker shuts down does not end the outage."""
+    amqp_url = private_rabbitmq.url
+    said = Said()
+    for module in (rabbitmq, supervision, control_organisations):
+        monkeypatch.setattr(module, "log", said)
+    monkeypatch.setattr(rabbitmq.BROKER, "_log", said)
+    tag = uuid.uuid4().hex[:8]
+    # Enough of them that the broker, closing their connections one by one as it stops, is still
+    # serving some when others fail (they used to end the outage the others began, over and over).
+    sources = [RabbitMQSource(amqp_url, f"outage-{tag}-{n}", wait_seconds=0.0) for n in range(20)]
+    services = [
+        OpenKatEventRouter(amqp_url, pg_store, auto_organisations=False, maxsize=0),
+        OrganisationWatcher(amqp_url, lambda event: None),
+    ]
+
+    def receive_all() -> bool:
+        """Every source takes its turn; True when each is connected."""
+        for source in sources:
+            source.receive(None, 10)  # type: ignore[arg-type]  # a broker source does not use the session
+        return all(source._channel is not None for source in sources)
+
+    for service in services:
+        service.start_in_background()
+    try:
+        assert wait_until(lambda: receive_all() and rabbitmq.BROKER.available, 30)
+        said.lines.clear()
+        private_rabbitmq.ctl("stop_app")
+        try:
+            assert wait_until(lambda: not receive_all() and not rabbitmq.BROKER.available, 30)
+        finally:
+            private_rabbitmq.ctl("start_app")
+        assert wait_until(lambda: receive_all() and rabbitmq.BROKER.available, 60)
+        time.sleep(2.0)  # the router and the watcher are connected again by now (backoff at most 1 s)
+    finally:
+        for service in services:
+            service.stop()
+        for source in sources:
+            source.close()
+    warnings = [event for level, event in said.lines if level == "warning"]
+    assert warnings == ["broker unavailable"], said.lines
+    assert [event for _level, event in said.lines if "again" in event] == ["broker available again"], said.lines
 
 
 def test_a_second_instance_of_a_scheduler_waits_for_the_first_and_takes_over_without_duplicates(

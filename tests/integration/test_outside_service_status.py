@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from baton.api.app import create_app
 from baton.core.errors import OutsideServiceError
 from baton.core.model import utcnow
 from baton.core.settings import Settings
 from baton.openkat import BytesClient
+from baton.runtime import build_app
 from baton.storage.engine import Store
 from baton.storage.scheduling.service_states import record_outside_service
 from harness.standins import BytesStandin, StandinServer
@@ -53,7 +53,7 @@ def bytes_service() -> Iterator[tuple[BytesStandin, StandinServer]]:
 def api(store: Store, **urls: str) -> TestClient:
     """An API replica configured as the schedulers' processes are (it calls none of the services itself)."""
     settings = Settings(database_url=store.url, bytes_username=BYTES_USER, bytes_password=BYTES_PASSWORD, **urls)
-    return TestClient(create_app(settings, store))
+    return TestClient(build_app(settings, store))
 
 
 def world_api(world: World, bytes_url: str) -> TestClient:

@@ -17,9 +17,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from baton.api import create_app
 from baton.core.errors import DatabaseUnavailableError
 from baton.core.settings import Settings
+from baton.runtime import build_app, metrics_for, queue_service_for
 from baton.storage.engine import Store
 from harness.factories import add_organisation, push
 from harness.waiting import wait_until
@@ -52,7 +52,7 @@ class LostAcknowledgement:
 @pytest.fixture
 def lossy(settings: Settings, store: Store) -> Iterator[tuple[TestClient, LostAcknowledgement]]:
     add_organisation(store, "acme", maxsize=0)
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(build_app(settings, store)) as client:
         queues = client.app.state.queues  # type: ignore[attr-defined]
         door = LostAcknowledgement(queues.door)
         queues.door = door
@@ -204,7 +204,7 @@ def test_an_expired_key_pops_new_tasks(store: Store, database_url: str) -> None:
     for n in range(2):
         push(store, "boefje-acme", priority=n, data={"n": n})
     settings = Settings(database_url=database_url, pop_receipt_seconds=3.0)
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(build_app(settings, store)) as client:
         first = keyed(client, "short")
         assert keyed(client, "short")["id"] == first["id"]
         time.sleep(3.1)  # past the key's time (not a measurement: the key must have expired)
@@ -253,8 +253,6 @@ def test_a_group_pop_whose_acknowledgement_was_lost_leaves_no_task_dispatched(pg
     receipt; that statement commits and its connection breaks: every waiter answers 503, and the
     batch's tasks go back."""
     from baton.core.queueing import PopRequest
-    from baton.service.metrics import Metrics
-    from baton.service.queues import QueueService
     from baton.storage.queues.door import QueueDoor
 
     add_organisation(pg_store, "acme", maxsize=0)
@@ -274,7 +272,7 @@ def test_a_group_pop_whose_acknowledgement_was_lost_leaves_no_task_dispatched(pg
     door.link._execute = commit_then_break  # type: ignore[attr-defined]
     # Deduplication off: a boefje pop of two tasks is then the grouped pop (on, a deduplication group's).
     settings = Settings(database_url=pg_store.url, deduplicate=False)
-    queues = QueueService(pg_store, settings, door, Metrics(pg_store))
+    queues = queue_service_for(settings, pg_store, door, metrics_for(pg_store))
 
     async def scenario() -> list[Any]:
         try:
@@ -309,7 +307,7 @@ def test_housekeeping_forgets_keys_past_their_time(store: Store, database_url: s
     push(store, "boefje-acme", priority=1, data={})
     push(store, "boefje-acme", priority=2, data={})
     settings = Settings(database_url=database_url, pop_receipt_seconds=1.0)
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(build_app(settings, store)) as client:
         keyed(client, "kept-briefly")
         keyed(client, "another", "/queues/boefje-acme/pop")
 

@@ -13,7 +13,6 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from baton.api import create_app
 from baton.control.director import Director
 from baton.control.housekeeping import Housekeeping
 from baton.control.runners import ThreadRunner
@@ -21,6 +20,7 @@ from baton.core.model import TaskStatus, utcnow
 from baton.core.recovery import REPLACED_PREFIX, RecoveryRule
 from baton.core.settings import Settings
 from baton.ingest.scheduler import SchedulerContext
+from baton.runtime import build_app
 from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
 from baton.storage.tables import Organisation, Task
@@ -219,7 +219,7 @@ def test_leader_recovers_and_reports_itself_in_metrics(store: Store) -> None:
         assert report is not None and (report.requeued, report.failed) == (2, 0)
     finally:
         director.stop()
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(build_app(settings, store)) as client:
         text = client.get("/metrics").text
     assert 'baton_leader{holder="director-1",role="director"} 1.0' in text
     assert "baton_tasks_recovered_total 2.0" in text

@@ -11,9 +11,9 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from baton.api import create_app
 from baton.api.security import AuthenticatedRoute, required_scope
 from baton.core.settings import Settings
+from baton.runtime import build_app
 from baton.service.tokens import Scope, create_token
 from baton.storage.engine import Store
 from harness.factories import bearer
@@ -31,7 +31,7 @@ def secured(store: Store) -> Iterator[tuple[TestClient, dict[str, str]]]:
         }.items():
             tokens[name] = create_token(session, name, scopes)
     settings = Settings(database_url=store.url, auth="on", max_body_bytes=4096)
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(build_app(settings, store)) as client:
         yield client, tokens
 
 
@@ -151,7 +151,7 @@ def every_route(app: FastAPI) -> list[tuple[str, set[str], APIRoute]]:
 def test_every_route_declares_the_scope_it_needs(settings: Settings, store: Store) -> None:
     """Scopes are declared per route (api/security.py), never guessed from a path; and every route
     checks the token before anything else (AuthenticatedRoute)."""
-    routes = every_route(create_app(settings, store))
+    routes = every_route(build_app(settings, store))
     assert len(routes) > 40, "every route of every router, not only the app's own"
     for path, methods, route in routes:
         assert isinstance(route, AuthenticatedRoute), f"{sorted(methods)} {path}"

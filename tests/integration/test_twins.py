@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 from structlog.testing import capture_logs
 
-from baton.api import create_app
 from baton.core.settings import Settings
+from baton.runtime import build_app
 from baton.storage.control.organisations import create_organisation
 from tests.katalogus_world import World, give_up, octopoes_mutation, queued, run_until_idle, world
 
@@ -65,7 +65,7 @@ def test_twins_are_made_for_exactly_the_organisations_that_share_settings_and_ho
     assert world.octopoes.calls[CLIENTS_CALL] == 1
 
     # The group pops together (OpenKAT's dialect, any organisation).
-    app = create_app(Settings(database_url=world.store.url), world.store)
+    app = build_app(Settings(database_url=world.store.url), world.store)
     with TestClient(app) as client:
         results = client.post("/schedulers/boefje/pop", params={"limit": 5}).json()["results"]
     assert sorted(task["id"] for task in results) == sorted([str(original.id), str(twin.id)])

@@ -13,11 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from baton.api import create_app
 from baton.core.model import SchedulerState, TaskStatus, utcnow
 from baton.core.settings import Settings
-from baton.service.metrics import Metrics
-from baton.service.queues import QueueService
+from baton.runtime import broker_queues, build_app, metrics_for, queue_service_for, status_service_for
 from baton.service.status import BrokerProbe, PageRequest, RateSampler, StatusService, TaskFilter
 from baton.service.tokens import Scope, create_token
 from baton.storage.control import scheduler_leases
@@ -28,7 +26,6 @@ from baton.storage.engine import Store
 from baton.storage.queues.status_reads import failed_since
 from baton.storage.tables import LeaderRecord, Task
 from baton.ui.render import render
-from baton.ui.router import broker_queues
 from harness.factories import add_organisation, bearer, finish, pop, push
 
 
@@ -142,7 +139,7 @@ def test_failures_of_the_last_hour_are_a_bounded_read(store: Store) -> None:
 
 
 def test_rates_are_sampled_from_this_process_counters(store: Store) -> None:
-    metrics = Metrics(store)
+    metrics = metrics_for(store)
     sampler = RateSampler(metrics, interval=5.0, window=15.0)
     sampler.sample(clock=0.0)
     metrics.pops.labels("boefje-acme").inc(10)
@@ -175,7 +172,7 @@ def test_a_scheduler_whose_heartbeat_stopped_is_flagged_stale(store: Store) -> N
             now=now - timedelta(seconds=60),
         )
     settings = Settings(database_url=store.url, heartbeat_timeout_seconds=30)
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(build_app(settings, store)) as client:
         page = client.get("/ui/api/schedulers").json()
         assert page["problems"] == 1 and page["estate"]["schedulers"] == 3 and page["estate"]["stale"] == 1
         assert page["estate"]["by_state"] == {"running": 1, "failed": 1, "stopped": 1}
@@ -213,8 +210,8 @@ def test_control_plane_shows_the_leader_and_says_what_is_absent(client: TestClie
 
 def status_service(store: Store, **settings: Any) -> StatusService:
     config = Settings(database_url=store.url, **settings)
-    metrics = Metrics(store)
-    return StatusService(store, config, QueueService(store, config, None, metrics), metrics)  # type: ignore[arg-type]
+    metrics = metrics_for(store)
+    return status_service_for(config, store, queue_service_for(config, store, None, metrics), metrics)
 
 
 def test_workers_and_leases_are_shown(store: Store) -> None:
@@ -380,7 +377,7 @@ def secured(store: Store) -> Iterator[tuple[TestClient, dict[str, str]]]:
             "boss": create_token(session, "boss", [Scope.ADMIN]),
             "feeder": create_token(session, "feeder", [Scope.PUSH]),
         }
-    with TestClient(create_app(Settings(database_url=store.url, auth="on"), store)) as client:
+    with TestClient(build_app(Settings(database_url=store.url, auth="on"), store)) as client:
         yield client, tokens
 
 

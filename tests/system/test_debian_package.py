@@ -28,7 +28,6 @@ import httpx
 import psycopg
 import pytest
 
-from baton.core.settings import Settings
 from harness.debian import (
     BaseRoot,
     base_root,
@@ -42,6 +41,7 @@ from harness.debian import (
 from harness.debian import (
     started as unit_started,
 )
+from harness.standins import mula_db
 from harness.waiting import free_port, wait_until
 from tests.conftest import fresh_postgres_database, postgres_url
 
@@ -67,14 +67,8 @@ PACKAGE_PATHS = (
     "var/lib/baton",
     "usr/share/doc/baton",
 )
-# `baton import-mula` and BATON_DATABASE_SCHEMA come with one change (the branch `import`): with it,
-# mula's database holds mula's tables (its stand-in), which Baton imports into its own schema `baton`;
-# before it, the database is a new one and Baton's tables are in `public`.
-try:
-    from harness.standins import mula_db
-except ImportError:
-    mula_db = None  # type: ignore[assignment]
-SCHEMA = "baton" if "database_schema" in Settings.model_fields else "public"
+# mula's organisation whose code Baton cannot hold: its rows are left out (harness/standins/mula_db.py).
+LEFT_OUT_ORGANISATION = "bad org"
 
 
 def require_debian_tools() -> None:
@@ -215,8 +209,8 @@ def test_the_package_takes_kat_mulas_place(package: Package, base: BaseRoot, roo
         dbname = conninfo.rsplit("dbname=", 1)[1].split()[0].strip("'")
         scheduler_db = database_url(admin, dbname)
 
-        if mula_db is not None:  # mula ran here: its tables, in every state it leaves rows in
-            mula_db.fill_example(mula_db.MulaDatabase(conninfo, "0010").create())
+        # mula ran here: its tables, in every state it leaves rows in.
+        mula_db.fill_example(mula_db.MulaDatabase(conninfo, "0010").create())
         mula_rows = public_rows(conninfo)
 
         # OpenKAT's scheduler is installed, its database not reachable yet.
@@ -282,11 +276,8 @@ def test_the_package_takes_kat_mulas_place(package: Package, base: BaseRoot, roo
             # rocky and the runners send no token; a pop of mula's boefje queue answers as mula's.
             popped = httpx.post(f"{url}/schedulers/boefje/pop", timeout=10)
             assert popped.status_code == 200, popped.text
-            if mula_db is not None:  # mula's queued tasks, its manual run (priority 1) first
-                (task,) = popped.json()["results"]
-                assert (task["priority"], task["status"]) == (1, "dispatched"), task
-            else:
-                assert popped.json() == {"results": []}
+            (task,) = popped.json()["results"]  # mula's queued tasks, its manual run (priority 1) first
+            assert (task["priority"], task["status"]) == (1, "dispatched"), task
             ready = httpx.get(f"{url}/ready", timeout=10).json()
             assert ready["database"] == "postgresql"
             # KATalogus, Octopoes and Bytes where kat-mula's defaults put them (nothing listens there).
@@ -295,20 +286,27 @@ def test_the_package_takes_kat_mulas_place(package: Package, base: BaseRoot, roo
         assert "url=http://localhost:8003" in serve_log, serve_log[-3000:]
         (migrated,) = [line for line in serve_log.splitlines() if "is up to date" in line]  # by update-baton-db
         assert f"127.0.0.1:{urlsplit(scheduler_db).port}/{dbname}" in migrated
-        assert {"tasks", "schedules", "organisations"} <= tables(conninfo, SCHEMA)
-        imported = root / "var/lib/baton/mula-imported"
-        if mula_db is not None:  # mula's tasks and schedules, once, beside mula's own rows
-            assert imported.exists() and rows(conninfo, "baton.tasks") > 0 and rows(conninfo, "baton.schedules") > 0
-        else:  # a database without mula's tables: nothing to import, said in one line
-            assert "update-baton-db: no state of mula's imported" in serve_log and not imported.exists()
-        assert public_rows(conninfo) == mula_rows or SCHEMA == "public"
+        assert {"tasks", "schedules", "organisations", "mula_imports"} <= tables(conninfo, "baton")
+        # update-baton-db's `baton import-mula --if-present`: mula's state, recorded, beside mula's own rows.
+        assert "Import finished and recorded" in serve_log, serve_log[-3000:]
+        assert rows(conninfo, "baton.mula_imports WHERE finished_at IS NOT NULL") == 1
+        for table in ("tasks", "schedules"):
+            missing = rows(
+                conninfo,
+                f"public.{table} m WHERE m.organisation <> '{LEFT_OUT_ORGANISATION}' "
+                f"AND NOT EXISTS (SELECT 1 FROM baton.{table} b WHERE b.id::text = m.id::text)",
+            )
+            assert missing == 0 and rows(conninfo, f"baton.{table}") > 0, f"mula's {table} not all imported"
+        assert public_rows(conninfo) == mula_rows
 
         # 5. An upgrade (the same version again): the old bytecode goes first, the new is compiled, and
-        # the postinst's update-baton-db (root switching to baton) finds the database up to date.
+        # the postinst's update-baton-db (root switching to baton) finds the database up to date and
+        # mula's state imported already.
         upgraded = dpkg(root, "-i", f"/tmp/{package.path.name}")
         assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
         assert "not empty" not in upgraded.stdout + upgraded.stderr
         assert "is up to date" in upgraded.stdout
+        assert "Nothing added or changed: an import is taken over once" in upgraded.stdout, upgraded.stdout
 
         # 6. Removal: the program goes; settings, user and database stay.
         removed = dpkg(root, "-r", "baton")
@@ -317,7 +315,7 @@ def test_the_package_takes_kat_mulas_place(package: Package, base: BaseRoot, roo
         assert not (root / "opt/venvs/baton").exists() and not (root / "usr/bin/update-baton-db").exists()
         assert not (root / UNIT.lstrip("/")).exists()
         assert (root / "etc/baton/baton.conf").exists() and user_exists(root, "baton")
-        assert {"tasks", "schedules"} <= tables(conninfo, SCHEMA)
+        assert {"tasks", "schedules"} <= tables(conninfo, "baton")
 
         # 7. Purge: nothing of Baton's is left but its database; OpenKAT's settings and user stay.
         purged = dpkg(root, "-P", "baton")
@@ -331,9 +329,8 @@ def test_the_package_takes_kat_mulas_place(package: Package, base: BaseRoot, roo
         assert "baton" not in members and "baton" not in members["kat"], "its group and membership go too"
         assert dpkg(root, "-s", "baton").returncode != 0
         assert user_exists(root, "kat") and (root / "etc/kat/mula.conf").exists()
-        assert {"tasks", "schedules"} <= tables(conninfo, SCHEMA)
-        if SCHEMA != "public":
-            assert public_rows(conninfo) == mula_rows, "mula's tables untouched throughout"
+        assert {"tasks", "schedules"} <= tables(conninfo, "baton")
+        assert public_rows(conninfo) == mula_rows, "mula's tables untouched throughout"
 
     build = (
         f"waited {package.seconds:.0f} s for scripts/test.sh's build"

@@ -22,6 +22,7 @@ import pytest
 
 from baton.storage.urls import database_address
 from harness.servers import ThrowawayPostgres, stop_processes, wait_ready
+from harness.standins import KatalogusStandin, StandinServer
 from harness.waiting import free_port, wait_until
 
 HOSTNAME_EVENT = {
@@ -130,7 +131,8 @@ def run_outage(
     api = httpx.Client(base_url=base, timeout=30)
     try:
         wait_ready([base])
-        api.post("/organisations", json={"id": "acme", "name": "Acme"}).raise_for_status()
+        made = api.post("/organisations", json={"id": "acme", "name": "Acme"})
+        assert made.status_code in (201, 409), made.text  # 409: KATalogus' listing made it first
         post_event(api, "before")
         assert wait_until(lambda: tasks_for(database.url, "before.example") >= 1, 60), "no task before the outage"
         since = [process.offset() for process in processes]
@@ -172,12 +174,19 @@ def test_an_outage_past_the_renew_deadline_is_still_one_warning_per_process(
     private_postgres: ThrowawayPostgres, tmp_path: Path
 ) -> None:
     """Leases shorter than the outage: a worker's schedulers lose their leases and are claimed again
-    afterwards. What that costs is logged as information: the outage is the one warning."""
+    afterwards. What that costs is logged as information: the outage is the one warning. The worker
+    reads its organisations and catalogue from KATalogus, as in OpenKAT: its organisation sync, which
+    tries a round every retry period, says nothing of the outage either (it said it every round)."""
+    katalogus = KatalogusStandin()
+    katalogus.add_organisation("acme")
+    katalogus.add_boefje("dns-records", ["Hostname"], scan_level=1, enabled=True)
     short_leases = {
         "BATON_LEASE_SECONDS": "3",
         "BATON_RENEW_DEADLINE_SECONDS": "2",
         "BATON_RETRY_PERIOD_SECONDS": "0.5",
     }
-    _, event_to_task = run_outage(private_postgres, tmp_path, short_leases, ["worker"], down_seconds=5)
+    with StandinServer(katalogus.app) as server:
+        extra = {**short_leases, "BATON_KATALOGUS_URL": server.url}
+        _, event_to_task = run_outage(private_postgres, tmp_path, extra, ["worker"], down_seconds=5)
     print(f"an event posted after the outage became a task {event_to_task:.2f} s after the database was back")
     assert event_to_task < 10.0

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from baton.api import create_app
 from baton.control.director import Director
 from baton.control.runners import ProcessRunner, ThreadRunner
 from baton.core.model import SchedulerSpec, SchedulerState, SchedulerType, utcnow
 from baton.core.settings import Settings
 from baton.ingest.catalogue.plugins_file import seed_catalogue
 from baton.ingest.scheduler import SchedulerContext
+from baton.runtime import build_app
 from baton.storage.control.organisations import create_organisation, delete_organisation
 from baton.storage.engine import Store
 from baton.storage.tables import Schedule
@@ -313,7 +313,7 @@ def test_events_become_tasks_in_six_queues(tmp_path: Path, runner: str) -> None:
     else:
         director_process = run_cli("director", "--runner", "process", env_extra={"BATON_DATABASE_URL": url})
     try:
-        with TestClient(create_app(settings, store, services=services)) as client:
+        with TestClient(build_app(settings, store, services=services)) as client:
             for org in ("acme", "beta"):
                 assert client.post("/organisations", json={"id": org, "name": org}).status_code == 201
                 client.post(

@@ -78,3 +78,39 @@ def test_baton_options_come_on_top_of_the_urls(monkeypatch: pytest.MonkeyPatch) 
     assert database_address("postgresql://h/d?options=-c%20a%3D1").options_with("-c b=2") == "-c a=1 -c b=2"
     monkeypatch.setenv("PGOPTIONS", "-c env=1")
     assert database_address("postgresql://h/d").options_with("-c b=2") == "-c env=1 -c b=2"
+
+
+def test_a_schema_is_the_only_one_on_every_connections_search_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BATON_DATABASE_SCHEMA: one server option of the one connection string, after the user's own."""
+    for name in ("PGOPTIONS", "PGPORT", "PGHOST"):
+        monkeypatch.delenv(name, raising=False)
+    address = database_address("postgresql://u@h/d", "baton")
+    assert address.params["options"] == "-c search_path=baton" and address.schema == "baton"
+    assert address.describe() == "PostgreSQL at h:5432/d (schema baton)"
+    given = database_address("postgresql://u@h/d?options=-c%20statement_timeout%3D5s", "baton")
+    assert given.params["options"] == "-c statement_timeout=5s -c search_path=baton"
+    assert given.options_with("-c x=1") == "-c statement_timeout=5s -c search_path=baton -c x=1"
+    monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=1s")
+    from_environment = database_address("postgresql://u@h/other", "baton")  # PGOPTIONS, kept where Baton sets options
+    assert from_environment.params["options"] == "-c lock_timeout=1s -c search_path=baton"
+    assert database_address("postgresql://u@h/d").schema is None
+
+
+def test_a_schema_on_sqlite_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match=r"BATON_DATABASE_SCHEMA \(baton\) is for PostgreSQL"):
+        database_address("sqlite:///baton.db", "baton")
+
+
+@pytest.mark.parametrize("name", ["Baton", "baton-1", "1baton", "a" * 64, "baton; DROP"])
+def test_a_schema_name_that_would_need_quoting_is_refused(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from baton.cli.errors import settings_error
+    from baton.core.settings import Settings
+
+    monkeypatch.setenv("BATON_DATABASE_SCHEMA", name)
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    assert str(settings_error(refused.value)).startswith("BATON_DATABASE_SCHEMA: a schema name")
+    monkeypatch.setenv("BATON_DATABASE_SCHEMA", "baton_2")
+    assert Settings().database_schema == "baton_2"

@@ -15,6 +15,7 @@ from baton.core.leases import (
     making_progress,
     next_round_in,
     past_renew_deadline,
+    spread_order,
     surplus,
 )
 
@@ -83,9 +84,19 @@ def test_a_worker_above_its_share_gives_up_the_same_schedulers_whatever_their_or
     assert len(given_up) == max(0, len(running) - share)
     assert set(given_up) <= set(running)
     kept = set(running) - set(given_up)
-    assert all(kept_id < given_up_id for kept_id in kept for given_up_id in given_up)  # the last ones in id order
+    # the last ones in (organisation, type) order
+    assert all(spread_order(k) < spread_order(g) for k in kept for g in given_up)
     shuffled = data.draw(st.permutations(running))
     assert surplus(shuffled, share) == given_up
+
+
+def test_a_worker_keeps_whole_organisations_so_every_worker_runs_every_type_alike() -> None:
+    """In id order the boefje schedulers (`boefje-*`, the busiest: catalogue polls, rescans, twins,
+    backfills) came first, so the first worker kept every one of them and the others ran the idle
+    report schedulers (the soak run: all 200 boefje schedulers in one of two workers)."""
+    running = [f"{kind}-org{n}" for n in range(4) for kind in ("report", "normalizer", "boefje")]
+    kept = set(running) - set(surplus(running, 6))
+    assert kept == {f"{kind}-org{n}" for n in (0, 1) for kind in ("boefje", "normalizer", "report")}
 
 
 def test_the_next_round_comes_early_only_for_a_peer_lease_ending_within_the_round() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from baton.service.metrics import Metrics
+from baton.runtime import metrics_for
 from tests.conftest import open_store
 
 KIT = Path(__file__).resolve().parents[2] / "deploy" / "observability"
@@ -37,7 +37,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     """The sample names of every metric family Baton's registry collects (read from a real store)."""
     store = open_store(f"sqlite:///{tmp_path_factory.mktemp('metrics') / 'baton.db'}")
     try:
-        families = list(Metrics(store).registry.collect())
+        families = list(metrics_for(store).registry.collect())
     finally:
         store.dispose()
     return {family.name + suffix for family in families for suffix in SUFFIXES[family.type]}

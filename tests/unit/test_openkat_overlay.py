@@ -102,7 +102,7 @@ def interpolate(text: str, variables: dict[str, str]) -> str:
     def value(match: re.Match[str]) -> str:
         name, operator, argument = match.group(1), match.group(2), match.group(3)
         found = variables.get(name)
-        if operator and operator.endswith("-") and not found:
+        if (operator == ":-" and not found) or (operator == "-" and name not in variables):
             return argument
         if operator and operator.endswith("?") and not found:
             raise AssertionError(f"{name} must be set: {argument}")
@@ -148,9 +148,10 @@ def merged(openkat: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
 def test_the_overlay_replaces_only_the_scheduler(
     openkat: dict[str, Any], overlay: dict[str, Any], merged: dict[str, Any]
 ) -> None:
-    assert list(overlay["services"]) == ["scheduler"]
+    assert list(overlay["services"]) == ["scheduler-import", "scheduler"]
     assert overlay.keys() == {"services"}
-    assert merged["services"].keys() == openkat["services"].keys()
+    assert "scheduler-import" not in openkat["services"]
+    assert merged["services"].keys() == openkat["services"].keys() | {"scheduler-import"}
     for name, service in openkat["services"].items():
         if name != "scheduler":
             assert merged["services"][name] == service, name
@@ -213,3 +214,44 @@ def test_openkats_environment_configures_baton(merged: dict[str, Any], monkeypat
     assert settings.recovery.task_timeout_seconds == 1800
     assert not settings.recovery.requeue_running_tasks  # a long scan is never handed out twice
     assert settings.log_json is False
+
+
+def container_settings(service: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Baton's settings as a container of `service` reads them (OpenKAT's env files, then `environment`)."""
+    dot_env = env_file(OPENKAT / ".env-dist", {})
+    container = env_file(OPENKAT / ".env-defaults", {})
+    container.update(dot_env)
+    for name, value in service["environment"].items():
+        container[name] = interpolate(value, dot_env)
+    for name in list(os.environ):
+        if name.startswith("BATON_") or name in OPENKAT_NAMES:
+            monkeypatch.delenv(name)
+    for name, value in container.items():
+        monkeypatch.setenv(name, value)
+    return Settings()
+
+
+def test_mulas_state_is_taken_over_once_before_baton_starts(
+    merged: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-shot `baton import-mula --if-present` on the scheduler database, mula's tables read from
+    `public`, Baton's written to schema `baton`, where Baton then runs: Baton starts only once it succeeded."""
+    importer, scheduler = merged["services"]["scheduler-import"], merged["services"]["scheduler"]
+    assert importer["command"] == ["import-mula", "--if-present"]  # mula's URL: SCHEDULER_DB_URI, the default
+    assert importer["image"] == scheduler["image"] and importer["build"] == {
+        key: value for key, value in scheduler["build"].items() if key != "args"
+    }
+    assert importer["env_file"] == scheduler["env_file"] and importer["restart"] == "no"
+    assert depends_on(importer["depends_on"]) == {"postgres": {"condition": "service_healthy"}}
+    assert depends_on(scheduler["depends_on"])["scheduler-import"] == {"condition": "service_completed_successfully"}
+    imports = container_settings(importer, monkeypatch)
+    mula_url = os.environ["SCHEDULER_DB_URI"]  # what the argument defaults to in the container
+    serves = container_settings(scheduler, monkeypatch)
+    assert imports.database_url == serves.database_url == "postgresql+psycopg://" + mula_url.split("://", 1)[1]
+    assert imports.database_schema == serves.database_schema == "baton"
+    # Where Baton already ran with its tables in `public`: BATON_DATABASE_SCHEMA= (empty) in .env keeps them.
+    kept = {**importer, "environment": dict(importer["environment"])}
+    kept["environment"]["BATON_DATABASE_SCHEMA"] = interpolate(
+        importer["environment"]["BATON_DATABASE_SCHEMA"], {"BATON_DATABASE_SCHEMA": ""}
+    )
+    assert container_settings(kept, monkeypatch).database_schema is None

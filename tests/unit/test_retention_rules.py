@@ -23,12 +23,15 @@ def test_the_cutoff_is_the_retention_before_now_and_zero_keeps_everything() -> N
     assert retention_cutoff(NOW, 30) == NOW - timedelta(days=30)
     assert retention_cutoff(NOW, 1) == NOW - timedelta(days=1)
     assert retention_cutoff(NOW, 0) is None
+    assert retention_cutoff(NOW, 0.25) == NOW - timedelta(hours=6)  # a fraction of a day too
 
 
 def test_retention_defaults_to_keeping_every_task_and_refuses_a_negative_one(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings().recovery.task_retention_days == 0  # as mula: rocky lists and counts every task
     monkeypatch.setenv("BATON_TASK_RETENTION_DAYS", "30")
     assert Settings().recovery.task_retention_days == 30
+    monkeypatch.setenv("BATON_EVENT_RETENTION_DAYS", "0.007")
+    assert Settings().recovery.event_retention_days == 0.007
     with pytest.raises(ValueError, match="task_retention_days"):
         Settings(task_retention_days=-1)
 

@@ -23,8 +23,7 @@ from baton.api.errors import install_error_handlers
 from baton.api.longpoll import document_wait_maximum
 from baton.api.middleware import RequestContextMiddleware
 from baton.api.schemas import IGNORES_UNKNOWN_QUERY_PARAMETERS, ErrorOut
-from baton.core.settings import Settings
-from baton.service.app_services import AppServices, Store
+from baton.service.app_services import AppServices
 from baton.ui.router import status_router
 
 
@@ -115,7 +114,7 @@ def monitoring_router() -> APIRouter:
         if readiness.problem is not None:
             return JSONResponse({"status": "unavailable", "message": readiness.problem}, status_code=503)
         degraded = readiness.degraded
-        body: dict[str, Any] = {"status": "degraded" if degraded else "ready", "database": app_services.store.dialect}
+        body: dict[str, Any] = {"status": "degraded" if degraded else "ready", "database": app_services.dialect}
         if readiness.outside:
             body["outside_services"] = {status.service: status.state for status in readiness.outside}
         if degraded:
@@ -151,14 +150,10 @@ ROUTERS = (
 )
 
 
-def create_app(
-    settings: Settings | None = None,
-    store: Store | None = None,
-    services: Sequence[Service] = (),
-) -> FastAPI:
-    """The API; `services` (e.g. the embedded director) start and stop with the server."""
-    settings = settings or Settings()
-    built = AppServices(settings, store)
+def create_app(built: AppServices, services: Sequence[Service] = ()) -> FastAPI:
+    """The API, serving with `built` (made by `baton.runtime.app_services` from the settings and a store);
+    `services` (e.g. the embedded director) start and stop with the server."""
+    settings = built.settings
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -186,7 +181,6 @@ def create_app(
     app.router.route_class = security.AuthenticatedRoute  # the app's own routes (/health), as every router's
     app.state.app_services = built
     app.state.settings = settings
-    app.state.store = built.store
     app.state.metrics = built.metrics
     app.state.token_cache = built.tokens
     app.add_middleware(

@@ -1,4 +1,4 @@
-"""Shared request plumbing: the services, store and settings of the running app.
+"""Shared request plumbing: the services and settings of the running app.
 
 These dependencies are `async def` on purpose: FastAPI runs a plain `def` dependency in its thread
 pool, and a thread hop per dependency per request is a large share of a pop's cost.
@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from baton.core.settings import Settings
-from baton.service.app_services import AppServices, Store
+from baton.service.app_services import AppServices
 from baton.service.metrics import Metrics
 from baton.service.queues import QueueService
 
@@ -19,11 +19,6 @@ from baton.service.queues import QueueService
 async def get_services(request: Request) -> AppServices:
     services: AppServices = request.app.state.app_services
     return services
-
-
-async def get_store(request: Request) -> Store:
-    store: Store = request.app.state.store
-    return store
 
 
 async def get_settings(request: Request) -> Settings:
@@ -43,7 +38,6 @@ async def get_queues(request: Request) -> QueueService:
 
 AppServicesDep = Annotated[AppServices, Depends(get_services)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-StoreDep = Annotated[Store, Depends(get_store)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 QueuesDep = Annotated[QueueService, Depends(get_queues)]
 

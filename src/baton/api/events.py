@@ -6,10 +6,10 @@ from fastapi import status
 from pydantic import BaseModel
 
 from baton.api import routing, security
-from baton.api.deps import Responses, StoreDep
+from baton.api.deps import AppServicesDep, Responses
 from baton.api.schemas import ErrorOut
-from baton.ingest.events import EVENT_KIND, SchedulerEvent, consumer_of, event_organisation
-from baton.service.events import IncomingEvent, accept_event
+from baton.core.events import EVENT_KIND, SchedulerEvent, consumer_of, event_organisation
+from baton.service.events import IncomingEvent
 
 router = routing.router(tags=["events"])
 UNKNOWN_ORG: Responses = {404: {"model": ErrorOut, "description": "Unknown organisation"}}
@@ -27,7 +27,7 @@ class EventAccepted(BaseModel):
     responses=UNKNOWN_ORG,
     dependencies=[security.PUSH],
 )
-def post_event(org_id: str, event: SchedulerEvent, store: StoreDep) -> EventAccepted:
+def post_event(org_id: str, event: SchedulerEvent, services: AppServicesDep) -> EventAccepted:
     """Queue an event for the organisation's scheduler; tasks appear once it has processed it.
 
     `scan_profile_mutation` feeds the boefje scheduler, `raw_file_received` the normalizer scheduler.
@@ -40,5 +40,5 @@ def post_event(org_id: str, event: SchedulerEvent, store: StoreDep) -> EventAcce
         named_organisation=event_organisation(event),
         payload=event.model_dump(mode="json"),
     )
-    accepted = accept_event(store, org_id, incoming)
+    accepted = services.events.accept(org_id, incoming)
     return EventAccepted(id=accepted.id, scheduler_id=accepted.scheduler_id, type=accepted.type)

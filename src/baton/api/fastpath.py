@@ -1,5 +1,6 @@
 """The plain pop and push, answered before FastAPI's routing: `POST /queues/{id}/pop`,
-`POST /schedulers/{scheduler}/pop[?limit=N]` with no body, and `POST /queues/{id}/push` with a JSON body.
+`POST /schedulers/{scheduler}/pop[?limit=N]` with no body, and `POST /queues/{id}/push` and
+`POST /schedulers/{scheduler}/push` (OpenKAT's web UI and runners) with a JSON body.
 
 A job runner's pop is most of the traffic and the smallest request there is, yet FastAPI spends more
 per request on routing, dependency resolution and its Response than the database spends on the pop
@@ -22,7 +23,8 @@ would wait for the database again, past the request's one deadline (BATON_DB_WAI
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 
 import orjson
 import structlog
@@ -30,16 +32,19 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Message, Scope, Send
 
-from baton.api.openkat import pop_target
+from baton.api.openkat import DUPLICATE, CompatPushIn, pop_target, push_answer
 from baton.api.queues import push_task
 from baton.api.responses import OPTIONS, openkat_task_document, task_document
 from baton.api.schemas import MAX_LIST_LIMIT, PushIn
 from baton.core.queueing import PopRequest
-from baton.service.tokens import Scope as TokenScope
-from baton.service.tokens import grants
+from baton.core.tokens import Scope as TokenScope
+from baton.core.tokens import grants
 
 JSON_HEADERS = (b"content-type", b"application/json")
 KEY_HEADER = b"idempotency-key"
+RETRY_AFTER = (b"retry-after", b"60")
+Body = TypeVar("Body", PushIn, CompatPushIn)
+Headers = Sequence[tuple[bytes, bytes]]
 
 
 def pop_limit(query: bytes) -> int | None:
@@ -109,35 +114,56 @@ def json_body(scope: Scope) -> bool:
     return content_type is None or content_type.lower() == b"application/json"
 
 
-def push_body(body: bytes) -> PushIn | None:
+def push_body(body: bytes, model: type[Body]) -> Body | None:
     """The body as the route reads it (orjson, then the route's model), or None for the route to refuse."""
     try:
-        return PushIn.model_validate(orjson.loads(body))
+        return model.model_validate(orjson.loads(body))
     except (orjson.JSONDecodeError, ValidationError):
         return None
 
 
 async def answer_push(scope: Scope, body: bytes, send: Send) -> bool:
-    """Answer a plain push and return True, or return False having touched nothing."""
+    """Answer a plain push, in either dialect, and return True, or return False having touched nothing."""
     if scope["method"] != "POST" or not body or scope.get("query_string"):
         return False
     parts = scope["path"].split("/")
-    if len(parts) != 4 or parts[0] or parts[1] != "queues" or not parts[2] or parts[3] != "push":
+    if len(parts) != 4 or parts[0] or parts[1] not in ("queues", "schedulers") or not parts[2] or parts[3] != "push":
         return False
     state = scope["app"].state
     queues = getattr(state, "queues", None)
     if queues is None or not json_body(scope) or not authorised(scope, state, TokenScope.PUSH):
         return False
-    document = push_body(body)
-    if document is None:
-        return False
+    call: Coroutine[Any, Any, tuple[Any, int, Headers]]
+    if parts[1] == "queues":
+        ours = push_body(body, PushIn)
+        if ours is None:
+            return False
+        call = baton_push(queues, parts[2], ours)
+    else:
+        theirs = push_body(body, CompatPushIn)
+        if theirs is None:
+            return False
+        call = openkat_push(queues, parts[2], theirs)
     try:
-        content, status = await push_task(queues, parts[2], document)
+        content, status, headers = await call
     except Exception as exc:
         await answer_error(scope, exc, send)  # not the route: the push may have been written
         return True
-    await send_json(send, status, content)
+    await send_json(send, status, content, headers)
     return True
+
+
+async def baton_push(queues: Any, queue_id: str, document: PushIn) -> tuple[Any, int, Headers]:
+    content, status = await push_task(queues, queue_id, document)
+    return content, status, []
+
+
+async def openkat_push(queues: Any, scheduler: str, document: CompatPushIn) -> tuple[Any, int, Headers]:
+    """As the route `openkat.push_one` answers: 201 with the task, or OpenKAT's 409 for a duplicate."""
+    content = await push_answer(queues, scheduler, document)
+    if content is None:
+        return {"detail": DUPLICATE, "message": DUPLICATE}, 409, [RETRY_AFTER]
+    return content, 201, []
 
 
 async def answer_error(scope: Scope, exc: Exception, send: Send) -> None:
@@ -168,9 +194,9 @@ async def nothing_more() -> Message:
     return {"type": "http.disconnect"}
 
 
-async def send_json(send: Send, status: int, content: Any) -> None:
-    """`content` as `responses.json_response` renders it, with the same headers."""
+async def send_json(send: Send, status: int, content: Any, extra: Headers = ()) -> None:
+    """`content` as `responses.json_response` renders it, with the same headers (and `extra`)."""
     payload = orjson.dumps(content, option=OPTIONS)
-    headers = [(b"content-length", str(len(payload)).encode()), JSON_HEADERS]
+    headers = [(b"content-length", str(len(payload)).encode()), JSON_HEADERS, *extra]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})

@@ -107,6 +107,15 @@ async def push_one(scheduler: str, body: CompatPushIn, queues: QueuesDep) -> Res
     """Push one task as OpenKAT's scheduler takes it; 201 with the task. `data` must be the type's job;
     a task whose hash is queued already answers 409 (Retry-After: 60); a task a runner holds (its `id`
     dispatched or running) is handed back, queued again; a boefje task gets its rescan schedule."""
+    answer = await push_answer(queues, scheduler, body)
+    if answer is None:
+        return duplicate_answer()
+    return json_response(answer, status.HTTP_201_CREATED)
+
+
+async def push_answer(queues: QueueService, scheduler: str, body: CompatPushIn) -> dict[str, Any] | None:
+    """The push of the route and of the fast path (`fastpath.py`): the task's document (answered
+    201), or None for a duplicate (answered by `duplicate_answer`)."""
     push = OpenKatPush(
         scheduler,
         body.organisation,
@@ -121,5 +130,5 @@ async def push_one(scheduler: str, body: CompatPushIn, queues: QueuesDep) -> Res
     try:
         task = await push_task(queues, push)
     except DuplicateTaskError:
-        return duplicate_answer()
-    return json_response(openkat_task_document(task), status.HTTP_201_CREATED)
+        return None
+    return openkat_task_document(task)

@@ -8,11 +8,10 @@ from fastapi import status
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from baton.api import routing, security
-from baton.api.deps import Responses, StoreDep
+from baton.api.deps import AppServicesDep, Responses
 from baton.api.schemas import ErrorOut
-from baton.ingest.catalogue.plugins_file import PluginSpec
-from baton.ingest.events import ScanLevel
-from baton.service import plugins
+from baton.core.catalogue import PluginSpec
+from baton.core.events import ScanLevel
 
 router = routing.router(tags=["plugins"])
 UNKNOWN: Responses = {404: {"model": ErrorOut, "description": "Unknown plugin or organisation"}}
@@ -39,8 +38,8 @@ class EnabledPatch(BaseModel):
 
 
 @router.get("/plugins", dependencies=[security.READ])
-def list_plugins(store: StoreDep, type: Literal["boefje", "normalizer"] | None = None) -> list[PluginSpec]:
-    return [PluginSpec.model_validate(plugin) for plugin in plugins.list_plugins(store, type)]
+def list_plugins(services: AppServicesDep, type: Literal["boefje", "normalizer"] | None = None) -> list[PluginSpec]:
+    return [PluginSpec.model_validate(plugin) for plugin in services.plugins.listed(type)]
 
 
 @router.post(
@@ -49,30 +48,30 @@ def list_plugins(store: StoreDep, type: Literal["boefje", "normalizer"] | None =
     responses={409: {"model": ErrorOut, "description": "The plugin exists already"}},
     dependencies=[security.ADMIN],
 )
-def create_plugin(body: PluginSpec, store: StoreDep) -> PluginSpec:
-    return PluginSpec.model_validate(plugins.create_plugin(store, body.model_dump()))
+def create_plugin(body: PluginSpec, services: AppServicesDep) -> PluginSpec:
+    return PluginSpec.model_validate(services.plugins.create(body.model_dump()))
 
 
 @router.get("/plugins/{plugin_id}", responses=UNKNOWN, dependencies=[security.READ])
-def read_plugin(plugin_id: str, store: StoreDep) -> PluginSpec:
-    return PluginSpec.model_validate(plugins.get_plugin(store, plugin_id))
+def read_plugin(plugin_id: str, services: AppServicesDep) -> PluginSpec:
+    return PluginSpec.model_validate(services.plugins.get(plugin_id))
 
 
 @router.patch("/plugins/{plugin_id}", responses=UNKNOWN, dependencies=[security.ADMIN])
-def patch_plugin(plugin_id: str, body: PluginPatch, store: StoreDep) -> PluginSpec:
-    return PluginSpec.model_validate(plugins.update_plugin(store, plugin_id, body.model_dump(exclude_unset=True)))
+def patch_plugin(plugin_id: str, body: PluginPatch, services: AppServicesDep) -> PluginSpec:
+    return PluginSpec.model_validate(services.plugins.update(plugin_id, body.model_dump(exclude_unset=True)))
 
 
 @router.get("/organisations/{org_id}/plugins", responses=UNKNOWN, dependencies=[security.READ])
-def organisation_plugins(org_id: str, store: StoreDep) -> list[OrganisationPlugin]:
+def organisation_plugins(org_id: str, services: AppServicesDep) -> list[OrganisationPlugin]:
     return [
         OrganisationPlugin(**PluginSpec.model_validate(plugin).model_dump(), enabled_here=enabled)
-        for plugin, enabled in plugins.organisation_plugins(store, org_id)
+        for plugin, enabled in services.plugins.of_organisation(org_id)
     ]
 
 
 @router.put("/organisations/{org_id}/plugins/{plugin_id}", responses=UNKNOWN, dependencies=[security.ADMIN])
-def set_organisation_plugin(org_id: str, plugin_id: str, body: EnabledPatch, store: StoreDep) -> EnabledPatch:
+def set_organisation_plugin(org_id: str, plugin_id: str, body: EnabledPatch, services: AppServicesDep) -> EnabledPatch:
     """Enable or disable a plugin for one organisation (overrides the catalogue default)."""
-    plugins.set_enabled_for_organisation(store, org_id, plugin_id, body.enabled)
+    services.plugins.set_enabled_for_organisation(org_id, plugin_id, body.enabled)
     return body

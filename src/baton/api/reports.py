@@ -11,11 +11,10 @@ from fastapi import Response, status
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from baton.api import routing, security
-from baton.api.deps import Responses, StoreDep
+from baton.api.deps import AppServicesDep, Responses
 from baton.api.schemas import ErrorOut
 from baton.core.cron import is_valid_cron
-from baton.service import schedules
-from baton.service.schedules import Schedule
+from baton.core.views import ScheduleView
 
 router = routing.router(prefix="/organisations/{org_id}/report-schedules", tags=["reports"])
 UNKNOWN: Responses = {404: {"model": ErrorOut, "description": "Unknown organisation or schedule"}}
@@ -49,7 +48,7 @@ class ReportScheduleOut(BaseModel):
     last_run_at: datetime | None
 
 
-def schedule_out(row: Schedule) -> ReportScheduleOut:
+def schedule_out(row: ScheduleView) -> ReportScheduleOut:
     return ReportScheduleOut(
         id=row.id,
         organisation=row.organisation,
@@ -62,18 +61,18 @@ def schedule_out(row: Schedule) -> ReportScheduleOut:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, responses=UNKNOWN, dependencies=[security.ADMIN])
-def create(org_id: str, body: ReportScheduleIn, store: StoreDep) -> ReportScheduleOut:
-    return schedule_out(schedules.create_report_schedule(store, org_id, body.cron, body.data, body.enabled))
+def create(org_id: str, body: ReportScheduleIn, services: AppServicesDep) -> ReportScheduleOut:
+    return schedule_out(services.schedules.create_report_schedule(org_id, body.cron, body.data, body.enabled))
 
 
 @router.get("", responses=UNKNOWN, dependencies=[security.READ])
-def list_all(org_id: str, store: StoreDep) -> list[ReportScheduleOut]:
-    return [schedule_out(row) for row in schedules.list_report_schedules(store, org_id)]
+def list_all(org_id: str, services: AppServicesDep) -> list[ReportScheduleOut]:
+    return [schedule_out(row) for row in services.schedules.report_schedules(org_id)]
 
 
 @router.delete(
     "/{schedule_id}", status_code=status.HTTP_204_NO_CONTENT, responses=UNKNOWN, dependencies=[security.ADMIN]
 )
-def delete(org_id: str, schedule_id: uuid.UUID, store: StoreDep) -> Response:
-    schedules.delete_report_schedule(store, org_id, schedule_id)
+def delete(org_id: str, schedule_id: uuid.UUID, services: AppServicesDep) -> Response:
+    services.schedules.delete_report_schedule(org_id, schedule_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -6,11 +6,10 @@ from __future__ import annotations
 from fastapi import Request, Response
 
 from baton.api import routing, security
-from baton.api.deps import Responses, SettingsDep, StoreDep
+from baton.api.deps import AppServicesDep, Responses
 from baton.api.keyset import DEFAULT_LIMIT, Cursor, Limit, OrganisationSearch, PrefixSearch, link_next, page_request
 from baton.api.schemas import ErrorOut, LeaderOut, SchedulerOut, SchedulerPatch
 from baton.core.model import SchedulerType
-from baton.service import schedulers
 from baton.service.schedulers import Leadership, SchedulerView
 
 router = routing.router(prefix="/schedulers", tags=["schedulers"])
@@ -46,8 +45,7 @@ def scheduler_out(view: SchedulerView) -> SchedulerOut:
 def list_all(
     request: Request,
     response: Response,
-    store: StoreDep,
-    settings: SettingsDep,
+    services: AppServicesDep,
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
     organisation: OrganisationSearch = None,
@@ -57,18 +55,17 @@ def list_all(
     header (`rel="next"`, none on the last page). `organisation`: one organisation's; `q`: those of
     the organisations whose id starts with it."""
     wanted = page_request("schedulers", limit, cursor, organisation, q)
-    page = schedulers.schedulers_page(store, wanted, settings.timing.heartbeat_timeout_seconds)
+    page = services.schedulers.page(wanted)
     link_next(request, response, page.next_cursor)
     return [scheduler_out(view) for view in page.rows]
 
 
 @router.get("/{scheduler_id}", responses=UNKNOWN_SCHEDULER, dependencies=[security.READ])
-def get_one(scheduler_id: str, store: StoreDep, settings: SettingsDep) -> SchedulerOut:
-    return scheduler_out(schedulers.get_scheduler(store, scheduler_id, settings.timing.heartbeat_timeout_seconds))
+def get_one(scheduler_id: str, services: AppServicesDep) -> SchedulerOut:
+    return scheduler_out(services.schedulers.get(scheduler_id))
 
 
 @router.patch("/{scheduler_id}", responses=UNKNOWN_SCHEDULER, dependencies=[security.ADMIN])
-def patch(scheduler_id: str, body: SchedulerPatch, store: StoreDep, settings: SettingsDep) -> SchedulerOut:
+def patch(scheduler_id: str, body: SchedulerPatch, services: AppServicesDep) -> SchedulerOut:
     """Enable or disable a scheduler: a disabled one ingests nothing and its queue refuses pushes."""
-    timeout = settings.timing.heartbeat_timeout_seconds
-    return scheduler_out(schedulers.set_enabled(store, scheduler_id, body.enabled, timeout))
+    return scheduler_out(services.schedulers.set_enabled(scheduler_id, body.enabled))

@@ -16,15 +16,15 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from baton.api import routing, security
-from baton.api.deps import Responses, SettingsDep, StoreDep
+from baton.api.deps import AppServicesDep, Responses
 from baton.api.pages import page
 from baton.api.responses import json_response
 from baton.api.schemas import MAX_LIST_LIMIT, MAX_OFFSET, ErrorOut, Moment, PopIn, dump_filters
 from baton.api.tasks import as_moment
 from baton.core.errors import ConflictError
 from baton.core.jobs import OpenKatOrganisation
-from baton.service import schedules
-from baton.service.schedules import Schedule, ScheduleQuery
+from baton.core.views import ScheduleQuery, ScheduleView
+from baton.service.schedules import new_schedule
 
 router = routing.router(prefix="/schedules", tags=["openkat-compatible"])
 
@@ -70,7 +70,7 @@ class SchedulePatch(BaseModel):
     deadline_at: Moment | None = None
 
 
-def document(row: Schedule) -> dict[str, Any]:
+def document(row: ScheduleView) -> dict[str, Any]:
     return ScheduleOut.model_validate(row, from_attributes=True).model_dump(mode="json")
 
 
@@ -90,7 +90,7 @@ Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 @router.get("", response_model=ScheduleList, dependencies=[security.READ])
 def list_schedules(
     request: Request,
-    store: StoreDep,
+    services: AppServicesDep,
     scheduler_id: str | None = None,
     organisation: str | None = None,
     schedule_hash: str | None = None,
@@ -112,18 +112,20 @@ def list_schedules(
         min_created_at=moment(min_created_at),
         max_created_at=moment(max_created_at),
     )
-    count, found = schedules.list_schedules(store, query, limit, offset)
+    count, found = services.schedules.find(query, limit, offset)
     return schedules_page(request, count, limit, offset, found)
 
 
-def schedules_page(request: Request, count: int, limit: int, offset: int, found: Sequence[Schedule]) -> Response:
+def schedules_page(request: Request, count: int, limit: int, offset: int, found: Sequence[ScheduleView]) -> Response:
     return json_response(page(request, count, limit, offset, [document(row) for row in found]))
 
 
 @router.post("/search", response_model=ScheduleList, dependencies=[security.READ])
-def search_schedules(request: Request, store: StoreDep, body: PopIn, limit: Limit = 10, offset: Offset = 0) -> Response:
+def search_schedules(
+    request: Request, services: AppServicesDep, body: PopIn, limit: Limit = 10, offset: Offset = 0
+) -> Response:
     """Schedules matching a filter body (`{"filters": ...}`, the filter language over schedule columns)."""
-    count, found = schedules.search_schedules(store, dump_filters(body.filters), limit, offset)
+    count, found = services.schedules.search(dump_filters(body.filters), limit, offset)
     return schedules_page(request, count, limit, offset, found)
 
 
@@ -137,12 +139,10 @@ def search_schedules(request: Request, store: StoreDep, body: PopIn, limit: Limi
     },
     dependencies=[security.ADMIN],
 )
-async def create_schedule(body: ScheduleCreate, store: StoreDep, settings: SettingsDep) -> Response:
-    new = schedules.new_schedule(
-        body.scheduler_id, body.organisation, body.data, body.schedule, moment(body.deadline_at)
-    )
+async def create_schedule(body: ScheduleCreate, services: AppServicesDep) -> Response:
+    new = new_schedule(body.scheduler_id, body.organisation, body.data, body.schedule, moment(body.deadline_at))
     try:
-        created = await asyncio.to_thread(schedules.create_schedule, store, new, settings)
+        created = await asyncio.to_thread(services.schedules.create, new)
     except ConflictError:
         return conflict(new.hash)
     return json_response(document(created), status.HTTP_201_CREATED)
@@ -152,8 +152,8 @@ UNKNOWN: Responses = {404: {"model": ErrorOut, "description": "Unknown schedule"
 
 
 @router.get("/{schedule_id}", response_model=ScheduleOut, responses=UNKNOWN, dependencies=[security.READ])
-def get_schedule(schedule_id: uuid.UUID, store: StoreDep) -> Response:
-    return json_response(document(schedules.get_schedule(store, schedule_id)))
+def get_schedule(schedule_id: uuid.UUID, services: AppServicesDep) -> Response:
+    return json_response(document(services.schedules.get(schedule_id)))
 
 
 @router.patch(
@@ -162,15 +162,15 @@ def get_schedule(schedule_id: uuid.UUID, store: StoreDep) -> Response:
     responses={**UNKNOWN, 400: {"model": ErrorOut, "description": "Nothing to change, or a bad cron expression"}},
     dependencies=[security.ADMIN],
 )
-def patch_schedule(schedule_id: uuid.UUID, body: SchedulePatch, store: StoreDep) -> Response:
+def patch_schedule(schedule_id: uuid.UUID, body: SchedulePatch, services: AppServicesDep) -> Response:
     changes = body.model_dump(exclude_unset=True)
     if changes.get("deadline_at") is not None:
         changes["deadline_at"] = as_moment(changes["deadline_at"])
-    return json_response(document(schedules.update_schedule(store, schedule_id, changes)))
+    return json_response(document(services.schedules.update(schedule_id, changes)))
 
 
 @router.delete("/{schedule_id}", status_code=status.HTTP_204_NO_CONTENT, dependencies=[security.ADMIN])
-def delete_schedule(schedule_id: uuid.UUID, store: StoreDep) -> Response:
+def delete_schedule(schedule_id: uuid.UUID, services: AppServicesDep) -> Response:
     """204 whether or not the schedule existed (as OpenKAT answers)."""
-    schedules.delete_schedule(store, schedule_id)
+    services.schedules.delete(schedule_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -9,10 +9,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
+from baton.core.events import NOT_A_STRING
 from baton.core.filters import FilterTree, parse_filters
 from baton.core.model import OrganisationId, SchedulerState, SchedulerType, TaskStatus
 from baton.core.moments import in_range
-from baton.ingest.events import NOT_A_STRING
 
 __all__ = ["OrganisationId"]
 MAX_LIST_LIMIT = 1000

@@ -26,8 +26,9 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from baton.core.settings import Settings
+from baton.core.tokens import Scope, grants
 from baton.service.app_services import AppServices
-from baton.service.tokens import Scope, TokenCache, grants
+from baton.service.token_cache import TokenCache
 
 bearer = HTTPBearer(auto_error=False, description="`baton token create --name NAME --scope ...`")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]

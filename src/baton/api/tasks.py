@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request, Response
 
 from baton.api import routing, security
-from baton.api.deps import QueuesDep, Responses, StoreDep
+from baton.api.deps import AppServicesDep, QueuesDep, Responses
 from baton.api.pages import page
 from baton.api.responses import json_response, openkat_task_document
 from baton.api.schemas import (
@@ -29,7 +29,6 @@ from baton.core.filters import FilterTree
 from baton.core.model import SchedulerType
 from baton.core.task_queries import ListedStatus, TaskQuery
 from baton.core.task_queries import as_moment as as_moment  # api/schedules.py reads dates as the listing does
-from baton.service import tasks as task_service
 from baton.service.tasks import TaskListing
 
 router = routing.router(prefix="/tasks", tags=["tasks"])
@@ -72,17 +71,17 @@ def list_page(
 
 @router.get("", response_model=TaskList, dependencies=[security.READ], openapi_extra=LENIENT)
 def list_tasks(
-    request: Request, store: StoreDep, query: TaskQueryDep, limit: Limit = 100, offset: Offset = 0
+    request: Request, services: AppServicesDep, query: TaskQueryDep, limit: Limit = 100, offset: Offset = 0
 ) -> Response:
     """Tasks, newest first, with OpenKAT's page shape and query parameters; unknown query parameters
     are ignored (OpenKAT's web UI passes its own page's along, e.g. `page`)."""
-    return json_response(list_page(request, TaskListing(store, query), limit, offset))
+    return json_response(list_page(request, services.tasks.listing(query), limit, offset))
 
 
 @router.post("", response_model=TaskList, dependencies=[security.READ], openapi_extra=LENIENT)
 def search_tasks(
     request: Request,
-    store: StoreDep,
+    services: AppServicesDep,
     query: TaskQueryDep,
     body: PopIn | None = None,
     limit: Limit = 100,
@@ -90,21 +89,21 @@ def search_tasks(
 ) -> Response:
     """The listing with a filter body (`{"filters": ...}`, the pop filter language), as OpenKAT's web UI
     calls it."""
-    listing = TaskListing(store, query)
+    listing = services.tasks.listing(query)
     tree = filter_tree(body.filters) if body else None
     return json_response(list_page(request, listing, limit, offset, tree))
 
 
 @router.get("/stats", dependencies=[security.READ])
 def stats(
-    store: StoreDep,
+    services: AppServicesDep,
     scheduler_id: Annotated[str | None, Query(description="A type (OpenKAT's id) or a queue id.")] = None,
     organisation_id: str | None = None,
 ) -> Response:
     """Tasks per hour of their last change over the past 24 hours, per status (OpenKAT's shape: hours
     newest first, `pending` always 0 in Baton, `total` per hour)."""
     query = TaskQuery(scheduler_id=scheduler_id, organisation=organisation_id)
-    return json_response(task_service.hourly_stats(store, query))
+    return json_response(services.tasks.hourly_stats(query))
 
 
 @router.get("/{task_id}", response_model=TaskOut, responses=UNKNOWN_TASK, dependencies=[security.READ])

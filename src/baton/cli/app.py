@@ -66,10 +66,52 @@ def main_callback(
 def migrate(database_url: DatabaseUrl = None) -> None:
     """Create or upgrade the database schema and seed the plugin catalogue (safe to run repeatedly)."""
     from baton.runtime import prepare_store
-    from baton.storage.engine import describe_database
 
     store = prepare_store(load_settings(database_url=database_url))
-    typer.echo(f"{describe_database(store.url)} is up to date")
+    typer.echo(f"{store.address.describe()} is up to date")
+
+
+@app.command("import-mula")
+def import_mula(
+    mula_database_url: Annotated[
+        str,
+        typer.Argument(
+            envvar="SCHEDULER_DB_URI",
+            show_envvar=True,
+            help="mula's PostgreSQL database (OpenKAT's SCHEDULER_DB_URI), read in one read-only snapshot.",
+        ),
+    ],
+    database_url: DatabaseUrl = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Read and count what would be imported; write nothing, not even migrations."),
+    ] = False,
+    if_present: Annotated[
+        bool,
+        typer.Option(
+            "--if-present", help="A database without mula's tables (a new installation): nothing to import, exit 0."
+        ),
+    ] = False,
+) -> None:
+    """Take over mula's state: its schedules, tasks (same ids and statuses), their organisations and the
+    grace period's memory, into Baton's database (migrated first). Run it once, with mula stopped, before
+    Baton's first start; a run again changes nothing. Never writes to mula's database."""
+    from baton.cli.mula_import import progress, summary
+    from baton.runtime import prepare_store
+    from baton.service.mula_import import TargetSpec
+    from baton.service.mula_import import import_mula as run_import
+
+    settings = load_settings(database_url=database_url)
+    report = run_import(
+        mula_database_url,
+        TargetSpec(settings.database_url, settings.database_schema, settings.queue_maxsize),
+        prepare=lambda: prepare_store(settings),
+        progress=progress(),
+        dry_run=dry_run,
+        if_present=if_present,
+    )
+    for line in summary(report):
+        typer.echo(line)
 
 
 @app.command()
@@ -321,8 +363,8 @@ def probe_director(live: Live = False, stale: Stale = 60.0, database_url: Databa
     from baton.core.heartbeat import is_overdue
     from baton.storage.control.liveness import director_renewal
 
-    url = load_settings(database_url=database_url).database_url
-    renewal = _probe_read(live, lambda: director_renewal(url))
+    settings = load_settings(database_url=database_url)
+    renewal = _probe_read(live, lambda: director_renewal(settings.database_url, settings.database_schema))
     hostname = os.uname().nodename
     if renewal is None or (
         renewal.holder.rsplit(":", 1)[0] != hostname and renewal.holder != os.environ.get("POD_NAME", hostname)
@@ -343,8 +385,10 @@ def probe_worker(live: Live = False, stale: Stale = 60.0, database_url: Database
     from baton.core.heartbeat import is_overdue
     from baton.storage.control.liveness import worker_heartbeats
 
-    url = load_settings(database_url=database_url).database_url
-    heartbeats = _probe_read(live, lambda: worker_heartbeats(url, os.uname().nodename))
+    settings = load_settings(database_url=database_url)
+    heartbeats = _probe_read(
+        live, lambda: worker_heartbeats(settings.database_url, os.uname().nodename, settings.database_schema)
+    )
     if not heartbeats:
         if live:
             return

@@ -85,7 +85,7 @@ def rehearse() -> None:
     if standalone is not None:
         standalone.make_context("standalone", options, parent=context)
     settings = Settings()
-    Store(settings.database_url).dispose()
+    Store(settings.database_url, settings.database_schema).dispose()
     configure_orm()
     head_revision()
 

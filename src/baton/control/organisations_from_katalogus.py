@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from baton.control.leadership import DatabaseLeaseLeader, LeaderElector
 from baton.core.catalogue import KATALOGUS_SOURCE, organisations_to_restore, organisations_to_retire
-from baton.core.errors import OutsideServiceError
+from baton.core.errors import DatabaseUnavailableError, OutsideServiceError
 from baton.core.identity import process_location
 from baton.core.logging import get_logger
 from baton.core.model import utcnow
@@ -143,7 +143,9 @@ class KatalogusOrganisationSync(BackgroundService):
         while not self.stopping:
             try:
                 self.step()
-            except Exception as exc:  # the database down, say: the next round tries again
+            except DatabaseUnavailableError:
+                pass  # the process's outage tracker logs it once, and its end; the next round retries
+            except Exception as exc:  # a bug, say: the next round tries again
                 error = (str(exc) or repr(exc)).splitlines()[0]
                 log.warning("KATalogus organisation round failed; retrying", error=error)
             self._stop.wait(period)

@@ -14,7 +14,15 @@ from baton.core.logging import get_logger
 from baton.core.settings import Settings
 from baton.core.supervision import BackgroundService, retry_until_stopped
 from baton.ingest.events import ORGANISATION_EVENT, OrganisationCreated, OrganisationDeleted
-from baton.ingest.rabbitmq import AMQP_ERRORS, ORGANISATIONS_QUEUE, close_quietly, connect, dead_letter, declare_queue
+from baton.ingest.rabbitmq import (
+    AMQP_ERRORS,
+    ORGANISATIONS_QUEUE,
+    broker_attempt,
+    close_quietly,
+    connect,
+    dead_letter,
+    declare_queue,
+)
 from baton.storage.control.organisations import create_organisation, delete_organisation, get_organisation
 from baton.storage.engine import Store
 
@@ -34,24 +42,27 @@ class OrganisationWatcher(BackgroundService):
         self.prefetch = prefetch
 
     def run(self) -> None:
-        retry_until_stopped(
-            self._stop, self._consume, fresh(RECONNECT), AMQP_ERRORS, "organisation watcher lost the broker"
-        )
+        # Failures go to the process's BROKER tracker, which logs an outage once (ingest/rabbitmq.py).
+        retry_until_stopped(self._stop, self._consume, fresh(RECONNECT), AMQP_ERRORS, None)
 
     def _consume(self) -> None:
-        connection = connect(self.url)
+        with broker_attempt():
+            connection = connect(self.url)
         try:
-            channel = connection.channel()
-            channel.confirm_delivery()
-            channel.basic_qos(prefetch_count=self.prefetch)
-            declare_queue(channel, ORGANISATIONS_QUEUE)
+            with broker_attempt():
+                channel = connection.channel()
+                channel.confirm_delivery()
+                channel.basic_qos(prefetch_count=self.prefetch)
+                declare_queue(channel, ORGANISATIONS_QUEUE)
+                messages = channel.consume(ORGANISATIONS_QUEUE, inactivity_timeout=0.5)
             log.info("watching organisations", queue=ORGANISATIONS_QUEUE)
-            for method, _properties, body in channel.consume(ORGANISATIONS_QUEUE, inactivity_timeout=0.5):
-                if self.stopping:
-                    break
-                if method is None:
-                    continue
-                self._handle(channel, method.delivery_tag, body or b"")
+            while not self.stopping:
+                received = next(messages, None)
+                if received is None:
+                    return  # the broker cancelled the consumer: connect again
+                method, _properties, body = received
+                if method is not None:
+                    self._handle(channel, method.delivery_tag, body or b"")
         finally:
             close_quietly(connection)
 

@@ -65,7 +65,7 @@ class Worker(BackgroundService):
         self.runner = ThreadRunner(context)
         self.round_seconds = min(1.0, settings.leases.retry_period_seconds)
         self.idle_round_seconds = idle_round_seconds(self.round_seconds, settings.leases.lease_seconds)
-        self.pool_changes = PoolChanges(store.url, self._stop)
+        self.pool_changes = PoolChanges(store.address, self._stop)
         self._joined = False
 
     def step(self) -> WorkerRound:

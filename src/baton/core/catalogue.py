@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from baton.core.events import ScanLevel
 
 PLUGIN_TYPES = ("boefje", "normalizer")  # KATalogus also lists "bit"s, which no scheduler runs
 KATALOGUS_SOURCE = "katalogus"  # organisations.source of those the KATalogus sync created (or adopted)
@@ -96,3 +101,21 @@ def organisations_to_restore(listed: Collection[str], retired: Collection[str]) 
 
 # The reason of a queued task its organisation's retirement cancelled.
 RETIRED_TASK_REASON = "organisation retired: KATalogus no longer lists it"
+
+
+# -- Baton's own catalogue entry: what `POST /plugins` takes and the plugins file holds ---------------------
+
+PluginId = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+class PluginSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", from_attributes=True)
+
+    id: str = PluginId
+    type: Literal["boefje", "normalizer"]
+    name: str = Field(min_length=1, max_length=256)
+    consumes: list[str] = Field(min_length=1, max_length=64, description="Object types or mime types.")
+    scan_level: ScanLevel = Field(0, description="Boefjes: lowest object scan level they may scan.")
+    enabled: StrictBool = Field(True, description="Default for organisations without their own setting.")
+    version: str | None = Field(None, max_length=64, description="Plugin version (OpenKAT's runners show it).")
+    oci_image: str | None = Field(None, max_length=512, description="Boefjes: the container image that runs it.")

@@ -21,8 +21,9 @@ def reason(exc: BaseException) -> str:
     """The innermost, shortest description of why a connection failed."""
     text = str(getattr(exc, "orig", None) or exc) or repr(exc)
     lowered = text.lower()
-    if "does not exist" in lowered:
-        return text.strip().splitlines()[-1].removeprefix("FATAL:  ").strip()
+    if "does not exist" in lowered:  # the line that says what (a statement's error goes on to quote it)
+        line = next(line for line in text.strip().splitlines() if "does not exist" in line.lower())
+        return line.removeprefix("FATAL:  ").strip()
     for needle, short in REASONS:
         if needle in lowered:
             return short

@@ -44,10 +44,19 @@ def fair_share(schedulers: int, live_workers: int) -> int:
     return math.ceil(schedulers / max(1, live_workers))
 
 
+def spread_order(scheduler_id: str) -> tuple[str, str, str]:
+    """The order workers claim and keep schedulers in: by organisation, then type (`boefje-acme` is
+    the boefje scheduler of `acme`). A worker holds whole organisations, so every worker runs every
+    type alike; in id order the first worker kept every boefje scheduler (the busiest: catalogue
+    polls, rescans, twins, backfills) and the others the idle report schedulers."""
+    kind, _, organisation = scheduler_id.partition("-")
+    return (organisation, kind, scheduler_id)
+
+
 def surplus(running: Iterable[str], share: int) -> list[str]:
-    """The schedulers a worker gives up to come down to `share`: those after the first `share` in id
-    order, so the same ones go whatever order they were started in."""
-    return sorted(running)[share:]
+    """The schedulers a worker gives up to come down to `share`: those after the first `share` in
+    `spread_order`, so the same ones go whatever order they were started in."""
+    return sorted(running, key=spread_order)[share:]
 
 
 def idle_round_seconds(round_seconds: float, lease_seconds: float) -> float:

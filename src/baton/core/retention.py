@@ -17,7 +17,7 @@ from baton.core.model import TaskStatus
 FINISHED: tuple[TaskStatus, ...] = tuple(status for status, allowed in ALLOWED_TRANSITIONS.items() if not allowed)
 
 
-def retention_cutoff(now: datetime, days: int) -> datetime | None:
+def retention_cutoff(now: datetime, days: float) -> datetime | None:
     """Finished tasks last changed before this moment are removed; None (`days` = 0) keeps all."""
     if days <= 0:
         return None

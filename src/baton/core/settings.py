@@ -8,6 +8,7 @@ BATON_RETRY_PERIOD_SECONDS, ...).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -18,6 +19,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 DEFAULT_DATABASE_URL = "sqlite:///baton.db"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 SUPPORTED_DATABASES = ("sqlite", "postgresql+psycopg")
+# A schema name that needs no quoting anywhere (libpq's options, SQL, search_path).
+SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 def normalise_database_url(url: str) -> str:
@@ -195,21 +198,22 @@ class RecoverySettings(BaseSettings):
         "that a silent running task means a dead runner. Not for OpenKAT's: with it on, a run longer than the "
         "timeout is run a second time.",
     )
-    task_retention_days: int = Field(
+    task_retention_days: float = Field(
         0,
         ge=0,
         description="0 (the default) keeps every task, as mula does. Otherwise completed, failed and cancelled "
-        "tasks are deleted this many days after their last change, in small batches beside the pops and pushes; "
+        "tasks are deleted this many days (a fraction too: 0.25 is six hours) after their last change, in small "
+        "batches beside the pops and pushes; "
         "OpenKAT's web UI then no longer lists or counts them, and their pages (and the reschedule of an old "
         "task) answer 'not found'. Schedules and the record of when each boefje last ran on an object (rescans, "
         "the grace period) are kept.",
     )
-    event_retention_days: int = Field(
+    event_retention_days: float = Field(
         30,
         ge=0,
         description="Inbox events a scheduler consumed (made into tasks, or kept as dead letters) are deleted this "
-        "many days after they were consumed, whatever the tasks' retention; 0 keeps them. Events not yet consumed "
-        "are never deleted.",
+        "many days (a fraction too) after they were consumed, whatever the tasks' retention; 0 keeps them. Events "
+        "not yet consumed are never deleted.",
     )
 
 
@@ -310,6 +314,12 @@ class Settings(BaseSettings):
         description="The store: `sqlite:///path/baton.db` (one process), or PostgreSQL as a URL "
         "(`postgresql://user@host:port/db`; several hosts too, as `pg_autoctl show uri` prints them) or a libpq "
         "key/value string; what it leaves out comes from the PG* variables (also SCHEDULER_DB_URI, mula's).",
+    )
+    database_schema: str | None = Field(
+        None,
+        description="PostgreSQL only: keep Baton's tables in this schema of the database (created by `baton "
+        "migrate`), e.g. `baton` to share OpenKAT's scheduler database with mula's tables; unset: the "
+        "database's default (`public`).",
     )
     host: str = Field(
         "127.0.0.1", description="Address the HTTP API listens on (also SCHEDULER_API_HOST, where mula listened)."
@@ -471,6 +481,17 @@ class Settings(BaseSettings):
     @classmethod
     def _normalise_url(cls, value: str) -> str:
         return check_database_url(normalise_database_url(value))
+
+    @field_validator("database_schema")
+    @classmethod
+    def _schema_name(cls, value: str | None) -> str | None:
+        """A name; that the database is PostgreSQL is checked where the URL is read (storage/urls.py), after
+        the command line's --database-url."""
+        if value is None or value == "":
+            return None
+        if not SCHEMA_NAME.match(value):
+            raise ValueError("a schema name of lower-case letters, digits and '_' (at most 63), e.g. baton")
+        return value
 
 
 # Each group's field in Settings, its model and the prefix of its flat names.

@@ -17,14 +17,16 @@ def retry_until_stopped(
     attempt: Callable[[], None],
     backoff: Backoff,
     errors: tuple[type[BaseException], ...],
-    what: str,
+    what: str | None,
 ) -> None:
     """Run `attempt` until `stop` is set; after each failure in `errors` wait the backoff's next delay.
 
     `attempt` returning normally resets the backoff (it ran until it was told to stop or its work
     ended), and so does one that ran longer than the backoff's longest delay before it failed (it
     was connected: this failure begins a new outage). An outage is logged once, at its first
-    failure, not at every attempt. Any other exception propagates: it is a bug, not weather.
+    failure, not at every attempt, as `what`; with `what` None not at all (the attempt reports its
+    failures to the process's outage tracker, which logs the outage once for the whole process).
+    Any other exception propagates: it is a bug, not weather.
     """
     while not stop.is_set():
         started = time.monotonic()
@@ -34,7 +36,7 @@ def retry_until_stopped(
         except errors as exc:
             if time.monotonic() - started > backoff.maximum:
                 backoff.reset()
-            if not backoff.failures_seen:
+            if not backoff.failures_seen and what is not None:
                 log.warning(f"{what}; retrying", error=repr(exc))
             stop.wait(backoff.next())
 

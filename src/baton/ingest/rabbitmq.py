@@ -10,6 +10,13 @@ Queues (all durable, messages persistent, JSON bodies):
 
 Delivery is at-least-once with manual acks sent only after the database commit the message caused;
 processing is idempotent, so a redelivery after a crash or a broker restart creates no duplicates.
+
+A broker outage is the process's, not each consumer's: every consumer reports its attempts to connect to
+`BROKER` (core/outages.py), which logs one warning when the broker stops taking connections and one line
+when it takes them again, however many schedulers' sources, routers and watchers the process runs. A
+connection that breaks is not reported, only reopened: a broker that shuts down closes its connections
+one by one, and a consumer whose connection was still open would otherwise end the outage the others
+just began (a worker of 200 organisations logged 40 outages for one restart); the reconnect tells.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pika
@@ -30,6 +38,7 @@ from baton.core.diagnosis import reason
 from baton.core.errors import ConfigurationError, DatabaseUnavailableError, UnprocessableError
 from baton.core.logging import get_logger
 from baton.core.model import SchedulerType
+from baton.core.outages import OutageTracker
 from baton.core.supervision import BackgroundService, retry_until_stopped
 from baton.ingest.events import (
     OrganisationCreated,
@@ -59,6 +68,21 @@ AMQP_ERRORS = (pika.exceptions.AMQPError, OSError, ValueError)
 # An event the router could not put in an inbox goes back to its queue; the router tries again after
 # this long at most (sooner when the database outage that stopped it ends).
 ROUTE_RETRY_SECONDS = 1.0
+
+
+BROKER = OutageTracker("broker", log)
+
+
+@contextmanager
+def broker_attempt() -> Iterator[None]:
+    """One attempt to connect to the broker (and set the channel up), reported to the process's `BROKER`."""
+    seen = BROKER.mark
+    try:
+        yield
+    except AMQP_ERRORS as exc:
+        BROKER.failed(seen, reason(exc))
+        raise
+    BROKER.succeeded(seen)
 
 
 def event_queue(organisation: str, scheduler_type: SchedulerType) -> str:
@@ -263,6 +287,7 @@ class RabbitMQSource:
         self._messages: Iterator[tuple[Basic.Deliver | None, BasicProperties | None, bytes | None]] | None = None
         self._retry_at = 0.0
         self._backoff = fresh(RECONNECT)
+        self._consumed = False  # said once: a reconnect after an outage says nothing (BROKER logs its end)
 
     def _open(self, batch_size: int) -> None:
         self._connection = connect(self.url)
@@ -273,8 +298,9 @@ class RabbitMQSource:
         declare_queue(channel, self.queue_name)
         self._channel = channel
         self._messages = channel.consume(self.queue_name, inactivity_timeout=self.wait_seconds)
-        again = self._backoff.failures_seen
-        log.info("broker available again; consuming" if again else "consuming", queue=self.queue_name)
+        if not self._consumed:
+            log.info("consuming", queue=self.queue_name)
+            self._consumed = True
         self._backoff.reset()
 
     def receive(self, session: Session, limit: int) -> Sequence[AmqpDelivery]:
@@ -282,7 +308,8 @@ class RabbitMQSource:
             return []
         try:
             if self._messages is None:
-                self._open(limit)
+                with broker_attempt():
+                    self._open(limit)
             assert self._channel is not None and self._messages is not None
             batch = ReceivedBatch(self._channel)
             deliveries: list[AmqpDelivery] = []
@@ -292,9 +319,7 @@ class RabbitMQSource:
                     break
                 deliveries.append(AmqpDelivery(batch, self.queue_name, method.delivery_tag, body or b""))
             return deliveries
-        except AMQP_ERRORS as exc:
-            if not self._backoff.failures_seen:  # once per outage, not once per attempt
-                log.warning("broker unavailable; reconnecting", queue=self.queue_name, error=repr(exc))
+        except AMQP_ERRORS:  # reopened after a backoff; a failed reopening is the process's BROKER's to log
             self._drop()
             self._retry_at = time.monotonic() + self._backoff.next()
             return []
@@ -339,17 +364,19 @@ class OpenKatEventRouter(BackgroundService):
         self.routed = 0
 
     def run(self) -> None:
-        retry_until_stopped(self._stop, self._consume, fresh(RECONNECT), AMQP_ERRORS, "event router lost the broker")
+        retry_until_stopped(self._stop, self._consume, fresh(RECONNECT), AMQP_ERRORS, None)
 
     def _consume(self) -> None:
-        connection = connect(self.url)
+        with broker_attempt():
+            connection = connect(self.url)
         try:
-            channel = connection.channel()
-            channel.confirm_delivery()
-            channel.basic_qos(prefetch_count=self.prefetch)
-            for name in OPENKAT_QUEUES:
-                declare_queue(channel, name)
-                channel.basic_consume(name, self._on_message(channel, name))
+            with broker_attempt():
+                channel = connection.channel()
+                channel.confirm_delivery()
+                channel.basic_qos(prefetch_count=self.prefetch)
+                for name in OPENKAT_QUEUES:
+                    declare_queue(channel, name)
+                    channel.basic_consume(name, self._on_message(channel, name))
             log.info("routing OpenKAT events", queues=list(OPENKAT_QUEUES))
             while not self.stopping:
                 connection.process_data_events(time_limit=0.5)

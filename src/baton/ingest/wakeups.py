@@ -43,7 +43,8 @@ class InputWakeups:
         self._stop = threading.Event()  # the running look thread's; a new one each start
         self._look_now = threading.Event()
         self._thread: threading.Thread | None = None
-        self._listener = InputListener(store.url, self.wake, self._look_soon) if store.is_postgresql else None
+        conninfo = store.address.conninfo
+        self._listener = InputListener(conninfo, self.wake, self._look_soon) if store.is_postgresql else None
         self._failing = False
         self.looks = 0
 

@@ -1,23 +1,37 @@
-"""The services one API app serves with, built from its settings and its store: the API and the page
-reach the database only through these.
-
-The store is the app's one handle on the database; routes that need it pass it on to a service
-function, so its type is named here for their annotations (`Store`).
+"""The services one API app serves with: the API and the status page reach the database only through
+these. `baton/runtime.py` builds them from the settings and a store (`app_services`); the app takes them
+as they are (`create_app(services)`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from baton.core.errors import DatabaseUnavailableError
 from baton.core.outside_services import OutsideServiceStatus
 from baton.core.settings import Settings
+from baton.service.events import Events
 from baton.service.metrics import Metrics
+from baton.service.organisations import Organisations
+from baton.service.plugins import Plugins
 from baton.service.queues import QueueService
+from baton.service.schedulers import Schedulers
+from baton.service.schedules import Schedules
 from baton.service.status import BrokerProbe, StatusService
-from baton.service.tokens import TokenCache
-from baton.storage.engine import Store as Store
-from baton.storage.queues.door import QueueDoor
+from baton.service.status.control_plane import BrokerQueues
+from baton.service.tasks import Tasks
+from baton.service.token_cache import TokenCache
+
+
+class Database(Protocol):
+    """What readiness asks of the database (a storage `Store` is one)."""
+
+    @property
+    def dialect(self) -> str: ...
+
+    def migrations_current(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -31,38 +45,40 @@ class Readiness:
         return [status for status in self.outside if status.state == "down"]
 
 
+@dataclass
 class AppServices:
-    def __init__(self, settings: Settings, store: Store | None = None) -> None:
-        self.settings = settings
-        self.store = store or Store(settings.database_url)
-        self.metrics = Metrics(self.store, settings.openkat)
-        self.tokens = TokenCache()
+    """`queue_service` and `status_service` make the services bound to the server's event loop (a queue
+    door's pool, the wake-ups' listener): the app calls them in its lifespan."""
 
-    def queue_service(self) -> QueueService:
-        """A queue service of its own: its door's pool and wake-ups' listener belong to the event loop
-        that makes it (the server's), and are closed with it (`QueueService.close`)."""
-        settings = self.settings
-        door = QueueDoor(
-            self.store,
-            deduplicate=settings.openkat.deduplicate,
-            group_pops=settings.group_pops,
-            receipt_seconds=settings.pop_receipt_seconds,
-        )
-        return QueueService(self.store, settings, door, self.metrics)
+    settings: Settings
+    database: Database
+    metrics: Metrics
+    tokens: TokenCache
+    organisations: Organisations
+    plugins: Plugins
+    schedules: Schedules
+    schedulers: Schedulers
+    events: Events
+    tasks: Tasks
+    queue_service: Callable[[], QueueService]
+    status_service: Callable[[QueueService, BrokerProbe | None], StatusService]
+    # The status page's RabbitMQ probe, and the names of the queues it looks at (the ingest layer's).
+    broker: Callable[[], BrokerProbe | None] = lambda: None
+    broker_queues: BrokerQueues | None = None
 
-    def status_service(self, queues: QueueService, broker: BrokerProbe | None) -> StatusService:
-        return StatusService(self.store, self.settings, queues, self.metrics, broker)
+    @property
+    def dialect(self) -> str:
+        return self.database.dialect
 
     def find_token(self, token: str) -> tuple[str, list[str]] | None:
         """The token's (name, scopes), from the cache or the database (this blocks)."""
-        with self.store.session() as session:
-            return self.tokens.lookup(session, token)
+        return self.tokens.lookup(token)
 
     def unready(self) -> str | None:
         """Why the app cannot serve yet (the database is unreachable, or its schema is not current);
         None: ready."""
         try:
-            current = self.store.migrations_current()
+            current = self.database.migrations_current()
         except DatabaseUnavailableError:
             return "database unreachable"
         return None if current else "migrations not applied"

@@ -1,21 +1,17 @@
 """Events in over HTTP: accepted into the inbox of the organisation's scheduler that consumes them.
 
 The scheduler consumes them later (ingest/); an event is only stored here. The API reads the event
-(its kind, its consumer, the organisation an OpenKAT message names) with ingest's models and hands
+(its kind, its consumer, the organisation an OpenKAT message names) with core's event shapes and hands
 over what it read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from baton.core.errors import ContradictoryInputError
 from baton.core.model import SchedulerType, scheduler_id_for
-from baton.storage.control.organisations import get_organisation
-from baton.storage.control.scheduler_rows import get_scheduler
-from baton.storage.engine import Store
-from baton.storage.scheduling import inbox
 
 
 @dataclass(frozen=True)
@@ -33,15 +29,22 @@ class AcceptedEvent:
     type: str
 
 
-def accept_event(store: Store, org_id: str, event: IncomingEvent) -> AcceptedEvent:
-    """Store the event for the organisation's scheduler. An organisation the event names must be the
-    one it is posted to; the organisation and its scheduler must exist (NotFoundError)."""
-    named = event.named_organisation
-    if named is not None and named != org_id:
-        raise ContradictoryInputError(f"the event names organisation '{named}', the path '{org_id}'")
-    with store.session() as session:
-        get_organisation(session, org_id)
+class Inboxes(Protocol):
+    """The schedulers' inboxes (storage/ports/events.py)."""
+
+    def enqueue(self, org_id: str, scheduler_id: str, kind: str, payload: dict[str, Any]) -> int: ...
+
+
+class Events:
+    def __init__(self, inboxes: Inboxes) -> None:
+        self.inboxes = inboxes
+
+    def accept(self, org_id: str, event: IncomingEvent) -> AcceptedEvent:
+        """Store the event for the organisation's scheduler. An organisation the event names must be the
+        one it is posted to; the organisation and its scheduler must exist (NotFoundError)."""
+        named = event.named_organisation
+        if named is not None and named != org_id:
+            raise ContradictoryInputError(f"the event names organisation '{named}', the path '{org_id}'")
         scheduler_id = scheduler_id_for(event.consumer, org_id)
-        get_scheduler(session, scheduler_id)
-        row = inbox.enqueue_event(session, scheduler_id, event.kind, event.payload)
-        return AcceptedEvent(id=row.seq, scheduler_id=scheduler_id, type=event.kind)
+        seq = self.inboxes.enqueue(org_id, scheduler_id, event.kind, event.payload)
+        return AcceptedEvent(id=seq, scheduler_id=scheduler_id, type=event.kind)

@@ -10,7 +10,7 @@ from the database too (service/outside_services.py).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -19,22 +19,23 @@ from prometheus_client.registry import Collector
 from baton.core.errors import DatabaseUnavailableError
 from baton.core.model import SchedulerSpec, utcnow
 from baton.core.outages import OutageTracker
-from baton.core.settings import OpenKatSettings
+from baton.core.views import StoreCounts
 from baton.service.outside_services import OutsideServiceCollector, OutsideServices
-from baton.storage.control.leadership import leaders
-from baton.storage.engine import Store
-from baton.storage.errors import DATABASE
-from baton.storage.queues.operations import queue_counts
-from baton.storage.queues.status_reads import recovered_total
 
 # Dwell time: from push to hand-out. Quiet organisations should stay at the low end even while a
 # noisy one has a backlog (fair pop).
 DWELL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400)
 
 
+class MetricRecords(Protocol):
+    """The counts read at scrape time (storage/ports/metrics.py)."""
+
+    def counts(self) -> StoreCounts: ...
+
+
 class StoreCollector(Collector):
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, records: MetricRecords) -> None:
+        self._records = records
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         depth = GaugeMetricFamily("baton_queue_depth", "Queued tasks per queue.", labels=["queue"])
@@ -51,21 +52,21 @@ class StoreCollector(Collector):
             "baton_leader_renewal_age_seconds", "Seconds since the leader last renewed.", labels=["role"]
         )
         try:
-            with self._store.session() as session:
-                for queue_id, (queued, flying) in sorted(queue_counts(session).items()):
-                    depth.add_metric([queue_id], queued)
-                    try:
-                        spec = SchedulerSpec.parse(queue_id)
-                    except ValueError:
-                        continue
-                    in_flight.add_metric([spec.organisation, spec.type.value], flying)
-                recovered.add_metric([], recovered_total(session))
-                now = utcnow()
-                for row in leaders(session):
-                    leader.add_metric([row.role, row.holder], 1)
-                    renewal_age.add_metric([row.role], (now - row.renewed_at).total_seconds())
+            counts = self._records.counts()
         except DatabaseUnavailableError:
             return  # the outage's own metrics (OutageCollector) still answer
+        for queue_id, (queued, flying) in sorted(counts.queues.items()):
+            depth.add_metric([queue_id], queued)
+            try:
+                spec = SchedulerSpec.parse(queue_id)
+            except ValueError:
+                continue
+            in_flight.add_metric([spec.organisation, spec.type.value], flying)
+        recovered.add_metric([], counts.recovered)
+        now = utcnow()
+        for row in counts.leaders:
+            leader.add_metric([row.role, row.holder], 1)
+            renewal_age.add_metric([row.role], (now - row.renewed_at).total_seconds())
         yield from (depth, in_flight, recovered, leader, renewal_age)
 
 
@@ -92,7 +93,10 @@ class OutageCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, store: Store, openkat: OpenKatSettings | None = None) -> None:
+    """`records`: the database's counts; `outside`: KATalogus', Octopoes' and Bytes' states; `database`:
+    this process's outage tracker of the database (storage's)."""
+
+    def __init__(self, records: MetricRecords, outside: OutsideServices, database: OutageTracker) -> None:
         self.registry = CollectorRegistry()
         self.pushes = Counter(
             "baton_pushes",
@@ -122,9 +126,9 @@ class Metrics:
         self.pop_waiters = Gauge(
             "baton_pop_waiters", "Pops waiting for a task (`?wait=`) in this process.", registry=self.registry
         )
-        self.registry.register(StoreCollector(store))
-        self.registry.register(OutageCollector(DATABASE))
-        self.outside = OutsideServices(store, openkat or OpenKatSettings())
+        self.registry.register(StoreCollector(records))
+        self.registry.register(OutageCollector(database))
+        self.outside = outside
         self.registry.register(OutsideServiceCollector(self.outside))
         self._queues: dict[str, tuple[Any, Any]] = {}
 

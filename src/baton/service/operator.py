@@ -9,24 +9,33 @@ from which status.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol
 
 from baton.core.admission import admit
-from baton.core.errors import ConflictError, NotFoundError
+from baton.core.errors import ConflictError
 from baton.core.logging import get_logger
 from baton.core.model import TaskStatus, utcnow
+from baton.core.views import RequeueState, TaskEntry
 from baton.service.tasks import REQUEUABLE, TaskDetail, task_detail
-from baton.storage.engine import Session, Store
-from baton.storage.queues.task_actions import mark_requeued, requeue_state, set_queued_priority, task_status
 
 log = get_logger("baton.status")
 
 
-def requeue(session: Session, task_id: uuid.UUID, now: datetime, actor: str) -> None:
-    """Put a failed task, or a dispatched or running one that looks stuck, back in its queue."""
-    state = requeue_state(session, task_id)
-    if state is None:
-        raise NotFoundError(f"task '{task_id}' not found")
+class TaskActions(Protocol):
+    """One task and the actions on it, each in one transaction (storage/ports/operator.py)."""
+
+    def task(self, task_id: uuid.UUID) -> TaskEntry | None: ...
+
+    def requeue(self, task_id: uuid.UUID, now: datetime, decide: Callable[[RequeueState], str]) -> TaskEntry | None: ...
+
+    def change_priority(self, task_id: uuid.UUID, priority: int, now: datetime) -> tuple[bool, TaskEntry | None]: ...
+
+
+def requeue_reason(task_id: uuid.UUID, state: RequeueState, actor: str) -> str:
+    """A failed task, or a dispatched or running one that looks stuck, goes back in its queue when its
+    queue admits it: the reason written on it; ConflictError (or admission's error) refuses it."""
     if TaskStatus(state.status) not in REQUEUABLE:
         raise ConflictError(
             f"task '{task_id}' is '{state.status}': only a failed, dispatched or running task can be requeued"
@@ -40,35 +49,30 @@ def requeue(session: Session, task_id: uuid.UUID, now: datetime, actor: str) -> 
         on_duplicate="refuse",
         task_hash=state.hash,
     )
-    mark_requeued(session, task_id, state, now, f"requeued by {actor} from {state.status}")
-
-
-def change_priority(session: Session, task_id: uuid.UUID, priority: int, now: datetime) -> None:
-    """A queued task's new priority (lower pops first); any other status: 409."""
-    if set_queued_priority(session, task_id, priority, now):
-        return
-    status = task_status(session, task_id)
-    if status is None:
-        raise NotFoundError(f"task '{task_id}' not found")
-    raise ConflictError(f"task '{task_id}' is '{status}': only a queued task's priority can change")
+    return f"requeued by {actor} from {state.status}"
 
 
 class OperatorActions:
     """The actions, each in its own transaction, answered with the task as it is afterwards."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, actions: TaskActions) -> None:
+        self.actions = actions
 
     def requeue(self, task_id: uuid.UUID, actor: str) -> TaskDetail:
-        with self.store.session() as session:
-            requeue(session, task_id, utcnow(), actor)
-            detail = task_detail(session, task_id)
+        entry = self.actions.requeue(task_id, utcnow(), lambda state: requeue_reason(task_id, state, actor))
+        detail = task_detail(task_id, entry)
         log.info("task requeued", task=str(task_id), by=actor)
         return detail
 
     def change_priority(self, task_id: uuid.UUID, priority: int, actor: str) -> TaskDetail:
-        with self.store.session() as session:
-            change_priority(session, task_id, priority, utcnow())
-            detail = task_detail(session, task_id)
+        """A queued task's new priority (lower pops first); any other status: 409."""
+        changed, entry = self.actions.change_priority(task_id, priority, utcnow())
+        detail = task_detail(task_id, entry)
+        if not changed:
+            status = detail.task.status
+            raise ConflictError(f"task '{task_id}' is '{status}': only a queued task's priority can change")
         log.info("task priority changed", task=str(task_id), priority=priority, by=actor)
         return detail
+
+    def task(self, task_id: uuid.UUID) -> TaskDetail:
+        return task_detail(task_id, self.actions.task(task_id))

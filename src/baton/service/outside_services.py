@@ -6,6 +6,7 @@ core/outside_services.py."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -14,8 +15,6 @@ from baton.core.errors import DatabaseUnavailableError
 from baton.core.model import utcnow
 from baton.core.outside_services import OutsideServiceStatus, Recorded, outside_statuses, stale_after_seconds
 from baton.core.settings import OpenKatSettings
-from baton.storage.engine import Session, Store
-from baton.storage.scheduling.service_states import outside_services
 
 
 def configured_services(settings: OpenKatSettings) -> set[str]:
@@ -23,22 +22,21 @@ def configured_services(settings: OpenKatSettings) -> set[str]:
     return {service for service, url in urls.items() if url}
 
 
+class ServiceStateRecords(Protocol):
+    """The recorded states (storage/ports/metrics.py): every service a caller recorded, by name."""
+
+    def recorded(self) -> dict[str, Recorded]: ...
+
+
 class OutsideServices:
-    def __init__(self, store: Store, settings: OpenKatSettings) -> None:
-        self.store = store
+    def __init__(self, records: ServiceStateRecords, settings: OpenKatSettings) -> None:
+        self.records = records
         self.configured = configured_services(settings)
         self.stale_after = stale_after_seconds(settings.katalogus_poll_seconds)
 
-    def read(self, session: Session) -> list[OutsideServiceStatus]:
-        """One per service configured here or recorded by a caller (one small table: a handful of rows)."""
-        recorded = {
-            row.service: Recorded(row.down_since, row.reason, row.checked_at) for row in outside_services(session)
-        }
-        return outside_statuses(self.configured, recorded, utcnow(), self.stale_after)
-
     def statuses(self) -> list[OutsideServiceStatus]:
-        with self.store.session() as session:
-            return self.read(session)
+        """One per service configured here or recorded by a caller."""
+        return outside_statuses(self.configured, self.records.recorded(), utcnow(), self.stale_after)
 
 
 class OutsideServiceCollector(Collector):

@@ -18,66 +18,89 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from baton.core import deadline
 from baton.core.errors import BatonError, DatabaseUnavailableError, NotFoundError, PayloadTooLargeError
 from baton.core.jobs import BoefjeJob, Job, job_document, job_hash, recognised_job
-from baton.core.listing import Page, PageRequest, cut_page
+from baton.core.listing import Page, PageRequest
 from baton.core.model import SchedulerType, TaskStatus, queue_type, utcnow
 from baton.core.queueing import PopRequest, PopTarget, PushRequest, PushResult, TaskRow
 from baton.core.rescans import pushed_schedule
 from baton.core.settings import Settings
+from baton.core.views import QueueView as QueueView
 from baton.service.metrics import Metrics
-from baton.service.receipts import Settler
-from baton.storage.control.organisations import adopt_organisation
-from baton.storage.control.scheduler_rows import get_scheduler
-from baton.storage.engine import Session, Store
-from baton.storage.queues import listings
-from baton.storage.queues import operations as queue_rows
-from baton.storage.queues.door import QueueDoor
-from baton.storage.queues.wakeups import Wakeups, wakeups_for
+from baton.service.receipts import Settler, Settles
 
 CAPS_REFRESH_SECONDS = 2.0
 PLUGIN_TIMINGS_SECONDS = 5.0
 SCHEDULER_TYPES = frozenset(kind.value for kind in SchedulerType)
 
 
-@dataclass(frozen=True)
-class QueueView:
-    id: str
-    organisation: str
-    type: str
-    size: int
-    in_flight: int
-    maxsize: int
-    enabled: bool
+class QueueDoor(Settles, Protocol):
+    """The queue door (storage/queues/door.py): each call becomes its statement, sent over the backend's
+    link. Called directly on the hot path: this Protocol is only its type."""
+
+    async def pop(
+        self, request: PopRequest, *, now: datetime, receipt: uuid.UUID | None = None, caps: bool = False
+    ) -> list[TaskRow]: ...
+
+    async def queue_exists(self, queue_id: str) -> bool: ...
+
+    async def any_caps(self) -> bool: ...
+
+    async def plugin_timings(self) -> dict[str, tuple[str | None, int | None]]: ...
+
+    async def push(self, request: PushRequest, now: datetime) -> PushResult: ...
+
+    async def change_status(self, task_id: uuid.UUID, requested: TaskStatus, now: datetime) -> dict[str, Any]: ...
+
+    async def task(self, task_id: uuid.UUID) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
 
 
-def queue_views_of(session: Session, organisations: Sequence[str]) -> list[QueueView]:
-    """The queues of the given organisations with their counts, from the trigger-kept counters."""
-    rows = listings.schedulers_of(session, organisations)
-    counts = listings.counts_of(session, [row.id for row in rows])
-    return [
-        QueueView(row.id, row.organisation, row.type, *counts.get(row.id, (0, 0)), row.maxsize, row.enabled)
-        for row in rows
-    ]
+class QueueRecords(Protocol):
+    """The queues as listed, and the organisations a push names (storage/ports/queues.py)."""
+
+    @property
+    def is_postgresql(self) -> bool: ...
+
+    def adopt_organisation(self, organisation: str, *, auto: bool, maxsize: int) -> bool: ...
+
+    def queues_page(self, request: PageRequest) -> Page[QueueView]: ...
+
+    def queue(self, queue_id: str) -> QueueView: ...
 
 
-def queues_page(session: Session, request: PageRequest) -> Page[QueueView]:
-    """A keyset page of queues with their counts: the counters of the page's queues only."""
-    page = cut_page(request, list(listings.schedulers_page(session, request)), lambda row: (row.organisation, row.id))
-    counts = listings.counts_of(session, [row.id for row in page.rows])
-    views = [
-        QueueView(row.id, row.organisation, row.type, *counts.get(row.id, (0, 0)), row.maxsize, row.enabled)
-        for row in page.rows
-    ]
-    return Page(views, page.next_cursor)
+OnQueued = Callable[[str], None]
+OnAnything = Callable[[], None]
+OnLost = Callable[[], None]
+HasWaiters = Callable[[], bool]
+
+
+class Wakeups(Protocol):
+    """Word that a queue may have a queued task now (storage/queues/wakeups.py: PostgreSQL's LISTEN,
+    SQLite's change counter)."""
+
+    @property
+    def live(self) -> bool:
+        """True while every newly queued task is announced; else waiters must look for themselves."""
+        ...
+
+    def start(self, on_queued: OnQueued, on_anything: OnAnything, on_lost: OnLost, has_waiters: HasWaiters) -> None: ...
+
+    async def watch(self) -> None:
+        """Called by a waiter before each pop: returns when tasks queued after it will be announced
+        (or when they cannot be, and `live` is False)."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 def check_data_size(data: object, limit: int) -> None:
@@ -192,14 +215,9 @@ async def sleep_until(woken: asyncio.Event, gone: asyncio.Event | None, timeout:
 
 class QueueService:
     def __init__(
-        self,
-        store: Store,
-        settings: Settings,
-        door: QueueDoor,
-        metrics: Metrics,
-        wakeups: Wakeups | None = None,
+        self, records: QueueRecords, settings: Settings, door: QueueDoor, metrics: Metrics, wakeups: Wakeups
     ) -> None:
-        self.store = store
+        self.records = records
         self.settings = settings
         self.door = door
         self.metrics = metrics
@@ -208,7 +226,7 @@ class QueueService:
         self._timings_read_at = float("-inf")
         self._timings: dict[str, tuple[str | None, int | None]] = {}
         self.waiters = Waiters(settings.pop_max_waiters, metrics.pop_waiters)
-        self.wakeups = wakeups or wakeups_for(store, settings.pop_recheck_seconds, settings.pop_listen_check_seconds)
+        self.wakeups = wakeups
         self.settler = Settler(door, settings.db_wait_seconds, metrics.handed_back)
 
     def start(self) -> None:
@@ -374,7 +392,7 @@ class QueueService:
     def _queued_here(self, queue_id: str) -> None:
         """A task this process queued wakes its waiters at once when no notification will (SQLite);
         PostgreSQL's notification comes for every writer alike."""
-        if not self.store.is_postgresql:
+        if not self.records.is_postgresql:
             self.waiters.wake(queue_id)
 
     async def adopt_organisation(self, organisation: str) -> bool:
@@ -382,10 +400,10 @@ class QueueService:
         (`storage.organisations.adopt_organisation`); True when it exists afterwards."""
 
         def work() -> bool:
-            with self.store.session() as session:
-                return adopt_organisation(
-                    session, organisation, auto=self.settings.auto_organisations, maxsize=self.settings.queue_maxsize
-                )
+            settings = self.settings
+            return self.records.adopt_organisation(
+                organisation, auto=settings.auto_organisations, maxsize=settings.queue_maxsize
+            )
 
         return await deadline.within(asyncio.to_thread(work), self._wait)
 
@@ -399,14 +417,10 @@ class QueueService:
     # -- reading queues ----------------------------------------------------------------------------
     def queues_page(self, request: PageRequest) -> Page[QueueView]:
         """A keyset page of queues by (organisation, id) (`core.listing`), counts from the counters."""
-        with self.store.session() as session:
-            return queues_page(session, request)
+        return self.records.queues_page(request)
 
     def get_queue(self, queue_id: str) -> QueueView:
-        with self.store.session() as session:
-            row = get_scheduler(session, queue_id)
-            queued, in_flight = queue_rows.queue_counts(session, queue_id).get(queue_id, (0, 0))
-            return QueueView(row.id, row.organisation, row.type, queued, in_flight, row.maxsize, row.enabled)
+        return self.records.queue(queue_id)
 
     async def close(self) -> None:
         self.waiters.close()

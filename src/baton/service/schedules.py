@@ -9,24 +9,19 @@ schedulers queue due schedules; cron schedules get their next deadline, one-off 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from baton.core.cron import check_cron, first_deadline, next_cron_run
 from baton.core.errors import ContradictoryInputError, NotFoundError
 from baton.core.filters import SCHEDULE_COLUMNS, parse_filters
 from baton.core.jobs import ReportJob, job_document, job_hash, job_of
 from baton.core.model import SchedulerType, utcnow
-from baton.core.settings import Settings
-from baton.storage.control.organisations import adopt_organisation, get_organisation
-from baton.storage.engine import Store
-from baton.storage.scheduling import schedules as rows
-from baton.storage.scheduling.schedules import ScheduleQuery as ScheduleQuery
-from baton.storage.tables import Schedule as Schedule
+from baton.core.views import ScheduleQuery as ScheduleQuery
+from baton.core.views import ScheduleView
 
-__all__ = ["Schedule", "ScheduleQuery"]
 SCHEDULER_TYPES = frozenset(kind.value for kind in SchedulerType)
 REPORT = SchedulerType.REPORT.value
 REPORT_SCHEDULES_SHOWN = 10_000
@@ -64,22 +59,6 @@ def new_schedule(
     return NewSchedule(kind.value, organisation, data, schedule, due, job_hash(job))
 
 
-def create_schedule(store: Store, new: NewSchedule, settings: Settings) -> Schedule:
-    """Store it (an unknown organisation is created by the auto-organisation rule, or NotFoundError);
-    ConflictError when a schedule with its hash exists."""
-    with store.session() as session:
-        adopt_organisation(session, new.organisation, auto=settings.auto_organisations, maxsize=settings.queue_maxsize)
-        return rows.create_schedule(
-            session,
-            scheduler_id=new.scheduler_id,
-            organisation=new.organisation,
-            data=new.data,
-            schedule=new.schedule,
-            deadline_at=new.deadline_at,
-            schedule_hash=new.hash,
-        )
-
-
 def check_ranges(query: ScheduleQuery) -> None:
     ranges = [
         ("deadline_at", query.min_deadline_at, query.max_deadline_at),
@@ -90,50 +69,87 @@ def check_ranges(query: ScheduleQuery) -> None:
             raise ContradictoryInputError(f"min_{name} must be less than max_{name}")
 
 
-def list_schedules(store: Store, query: ScheduleQuery, limit: int, offset: int) -> tuple[int, Sequence[Schedule]]:
-    """A page of the schedules the query matches, newest first, and how many match in all."""
-    check_ranges(query)
-    with store.session() as session:
-        return rows.list_schedules(session, query, limit=limit, offset=offset)
+class ScheduleRecords(Protocol):
+    """The stored schedules (storage/ports/schedules.py)."""
+
+    def create(
+        self,
+        *,
+        scheduler_id: str,
+        organisation: str,
+        data: dict[str, Any],
+        schedule: str | None,
+        deadline_at: datetime | None,
+        schedule_hash: str,
+        enabled: bool = True,
+        adopt: tuple[bool, int] | None = None,
+    ) -> ScheduleView: ...
+
+    def find(self, query: ScheduleQuery, limit: int, offset: int = 0) -> tuple[int, list[ScheduleView]]: ...
+
+    def of_organisation(self, org_id: str, query: ScheduleQuery, limit: int) -> list[ScheduleView]: ...
+
+    def get(self, schedule_id: uuid.UUID) -> ScheduleView: ...
+
+    def update(self, schedule_id: uuid.UUID, changes: Mapping[str, Any]) -> ScheduleView: ...
+
+    def delete(
+        self, schedule_id: uuid.UUID, organisation: str | None = None, scheduler_id: str | None = None
+    ) -> bool: ...
 
 
-def search_schedules(store: Store, filters: Any, limit: int, offset: int) -> tuple[int, Sequence[Schedule]]:
-    """Like `list_schedules`, for a filter in the filter language over schedule columns (None: all)."""
-    matching = parse_filters(filters, columns=SCHEDULE_COLUMNS) if filters is not None else None
-    return list_schedules(store, ScheduleQuery(matching=matching), limit, offset)
+class Schedules:
+    """OpenKAT's schedules and the organisations' report schedules."""
 
+    def __init__(self, records: ScheduleRecords, auto_organisations: bool, queue_maxsize: int) -> None:
+        self.records = records
+        self.adopt = (auto_organisations, queue_maxsize)
 
-def get_schedule(store: Store, schedule_id: uuid.UUID) -> Schedule:
-    with store.session() as session:
-        return rows.get_schedule(session, schedule_id)
+    def create(self, new: NewSchedule) -> ScheduleView:
+        """Store it (an unknown organisation is created by the auto-organisation rule, or NotFoundError);
+        ConflictError when a schedule with its hash exists."""
+        return self.records.create(
+            scheduler_id=new.scheduler_id,
+            organisation=new.organisation,
+            data=new.data,
+            schedule=new.schedule,
+            deadline_at=new.deadline_at,
+            schedule_hash=new.hash,
+            adopt=self.adopt,
+        )
 
+    def find(self, query: ScheduleQuery, limit: int, offset: int) -> tuple[int, list[ScheduleView]]:
+        """A page of the schedules the query matches, newest first, and how many match in all."""
+        check_ranges(query)
+        return self.records.find(query, limit, offset)
 
-def update_schedule(store: Store, schedule_id: uuid.UUID, changes: Mapping[str, Any]) -> Schedule:
-    """Change the fields given (at least one; a cron expression must be valid)."""
-    if not changes:
-        raise ContradictoryInputError("no data to patch")
-    check_cron(changes.get("schedule"))
-    with store.session() as session:
-        return rows.update_schedule(session, schedule_id, changes)
+    def search(self, filters: Any, limit: int, offset: int) -> tuple[int, list[ScheduleView]]:
+        """Like `list`, for a filter in the filter language over schedule columns (None: all)."""
+        matching = parse_filters(filters, columns=SCHEDULE_COLUMNS) if filters is not None else None
+        return self.find(ScheduleQuery(matching=matching), limit, offset)
 
+    def get(self, schedule_id: uuid.UUID) -> ScheduleView:
+        return self.records.get(schedule_id)
 
-def delete_schedule(store: Store, schedule_id: uuid.UUID) -> None:
-    """Gone afterwards, whether or not it existed (as OpenKAT has it)."""
-    with store.session() as session:
-        rows.delete_schedule(session, schedule_id)
+    def update(self, schedule_id: uuid.UUID, changes: Mapping[str, Any]) -> ScheduleView:
+        """Change the fields given (at least one; a cron expression must be valid)."""
+        if not changes:
+            raise ContradictoryInputError("no data to patch")
+        check_cron(changes.get("schedule"))
+        return self.records.update(schedule_id, changes)
 
+    def delete(self, schedule_id: uuid.UUID) -> None:
+        """Gone afterwards, whether or not it existed (as OpenKAT has it)."""
+        self.records.delete(schedule_id)
 
-# -- report schedules --------------------------------------------------------------------------------
+    # -- report schedules ----------------------------------------------------------------------------
 
-
-def create_report_schedule(store: Store, org_id: str, cron: str, data: dict[str, Any], enabled: bool) -> Schedule:
-    """A report job of the organisation from `data` (its recipe `report_recipe_id`, by default a new
-    id), due first at the cron's next run."""
-    recipe = str(data.get("report_recipe_id") or uuid.uuid4())
-    job = ReportJob.model_validate({**data, "organisation_id": org_id, "report_recipe_id": recipe})
-    with store.session() as session:
-        return rows.create_schedule(
-            session,
+    def create_report_schedule(self, org_id: str, cron: str, data: dict[str, Any], enabled: bool) -> ScheduleView:
+        """A report job of the organisation from `data` (its recipe `report_recipe_id`, by default a new
+        id), due first at the cron's next run."""
+        recipe = str(data.get("report_recipe_id") or uuid.uuid4())
+        job = ReportJob.model_validate({**data, "organisation_id": org_id, "report_recipe_id": recipe})
+        return self.records.create(
             scheduler_id=REPORT,
             organisation=org_id,
             data=job_document(job),
@@ -143,17 +159,12 @@ def create_report_schedule(store: Store, org_id: str, cron: str, data: dict[str,
             enabled=enabled,
         )
 
-
-def list_report_schedules(store: Store, org_id: str) -> list[Schedule]:
-    """The organisation's report schedules, oldest first."""
-    with store.session() as session:
-        get_organisation(session, org_id)
+    def report_schedules(self, org_id: str) -> list[ScheduleView]:
+        """The organisation's report schedules, oldest first."""
         query = ScheduleQuery(organisation=org_id, scheduler_id=REPORT)
-        _, found = rows.list_schedules(session, query, limit=REPORT_SCHEDULES_SHOWN)
+        found = self.records.of_organisation(org_id, query, REPORT_SCHEDULES_SHOWN)
         return sorted(found, key=lambda row: row.created_at)
 
-
-def delete_report_schedule(store: Store, org_id: str, schedule_id: uuid.UUID) -> None:
-    with store.session() as session:
-        if not rows.delete_schedule(session, schedule_id, organisation=org_id, scheduler_id=REPORT):
+    def delete_report_schedule(self, org_id: str, schedule_id: uuid.UUID) -> None:
+        if not self.records.delete(schedule_id, organisation=org_id, scheduler_id=REPORT):
             raise NotFoundError(f"report schedule '{schedule_id}' not found in organisation '{org_id}'")

@@ -27,6 +27,7 @@ from baton.core.diagnosis import reason
 from baton.core.errors import ConfigurationError
 from baton.core.settings import normalise_database_url
 from baton.storage.errors import DATABASE, translated
+from baton.storage.foreign_tables import refuse_foreign_tables
 from baton.storage.urls import database_address
 
 if TYPE_CHECKING:
@@ -71,8 +72,8 @@ def connection_name(pid: int | None = None) -> str:
     return f"baton {pid or os.getpid()}@{os.uname().nodename}"[:63]
 
 
-def make_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> Engine:
-    address = database_address(normalise_database_url(url))
+def make_engine(url: str, pool_size: int = 10, max_overflow: int = 20, schema: str | None = None) -> Engine:
+    address = database_address(normalise_database_url(url), schema)
     if address.backend == "sqlite":
         parsed = make_url(address.url)
         if parsed.database and parsed.database != ":memory:":
@@ -118,10 +119,11 @@ class Store:
     that waits for every tick in the queue).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, schema: str | None = None) -> None:
         self.url = normalise_database_url(url)
-        self.address = database_address(self.url)  # refuses a URL that cannot work
-        self.engine = make_engine(self.url)
+        self.schema = schema  # BATON_DATABASE_SCHEMA (storage/urls.py)
+        self.address = database_address(self.url, schema)  # refuses a URL that cannot work
+        self.engine = make_engine(self.url, schema=schema)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._control_engine: Engine | None = None
         self._control_sessions: sessionmaker[Session] | None = None
@@ -164,7 +166,7 @@ class Store:
     def _control_sessionmaker(self) -> sessionmaker[Session]:
         with self._control_lock:
             if self._control_sessions is None:
-                self._control_engine = make_engine(self.url, CONTROL_POOL_SIZE, CONTROL_MAX_OVERFLOW)
+                self._control_engine = make_engine(self.url, CONTROL_POOL_SIZE, CONTROL_MAX_OVERFLOW, self.schema)
                 self._control_sessions = sessionmaker(self._control_engine, expire_on_commit=False)
             return self._control_sessions
 
@@ -175,12 +177,18 @@ class Store:
 
     # -- migrations -------------------------------------------------------------------------------
     def migrate(self) -> None:
+        """Upgrade to the newest revision. On PostgreSQL: one migration at a time across replicas, the
+        schema (BATON_DATABASE_SCHEMA) created when missing, and a schema holding another application's
+        tables (mula's, where OpenKAT's scheduler database is shared) refused before anything is written."""
         from alembic import command
 
         cfg = alembic_config()
         with self.engine.begin() as conn:
             if self.is_postgresql:
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+                if self.schema:
+                    conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {self.schema}"))
+                refuse_foreign_tables(conn, self.address.describe())
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
 
@@ -277,16 +285,16 @@ def insert_for(session: Session | Connection) -> Any:
     return postgresql.insert if on_postgresql(session) else sqlite.insert
 
 
-def describe_database(url: str) -> str:
+def describe_database(url: str, schema: str | None = None) -> str:
     try:
-        return database_address(normalise_database_url(url)).describe()
+        return database_address(normalise_database_url(url), schema).describe()
     except ConfigurationError:
         return "the database"
 
 
-def database_error(exc: DBAPIError | OSError, url: str) -> ConfigurationError:
+def database_error(exc: DBAPIError | OSError, url: str, schema: str | None = None) -> ConfigurationError:
     """One line: which database could not be used, why, and which setting to check."""
-    target = describe_database(url)
+    target = describe_database(url, schema)
     verb = "open" if target.startswith("SQLite") else "reach"
     hint = "check BATON_DATABASE_URL"
     if target.startswith("SQLite"):
@@ -294,28 +302,28 @@ def database_error(exc: DBAPIError | OSError, url: str) -> ConfigurationError:
     return ConfigurationError(f"cannot {verb} {target} ({reason(exc)}); {hint}")
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, schema: str | None = None) -> Store:
     """A store whose database answers, or a ConfigurationError saying why not."""
     try:
-        store = Store(url)
+        store = Store(url, schema)
         store.ping()
     except (DBAPIError, OSError) as exc:
-        raise database_error(exc, url) from exc
+        raise database_error(exc, url, schema) from exc
     return store
 
 
-def open_store_when_reachable(url: str, retry_seconds: float = 1.0) -> Store:
+def open_store_when_reachable(url: str, retry_seconds: float = 1.0, schema: str | None = None) -> Store:
     """`open_store`, waiting out a database outage (reported to the process's tracker, so logged
     once, with the reason) instead of failing: for a director's child, which its director
     supervises. Exiting would cost it a restart, a fresh interpreter and the restart back-off. A
     URL that cannot work is still refused at once."""
-    store = Store(url)
+    store = Store(url, schema)
     while True:
         seen = DATABASE.mark
         try:
             store.ping()
         except (DBAPIError, OSError) as exc:
-            DATABASE.failed(seen, str(database_error(exc, url)))
+            DATABASE.failed(seen, str(database_error(exc, url, schema)))
             time.sleep(retry_seconds)
             continue
         DATABASE.succeeded(seen)
@@ -329,12 +337,12 @@ def migrate_store(store: Store) -> None:
         if not store.migrations_current():
             store.migrate()
     except (DBAPIError, OSError) as exc:
-        raise database_error(exc, store.url) from exc
+        raise database_error(exc, store.url, store.schema) from exc
 
 
 def require_current_schema(store: Store) -> None:
     if not store.migrations_current():
         raise ConfigurationError(
-            f"the database ({describe_database(store.url)}) has no current schema; "
+            f"the database ({describe_database(store.url, store.schema)}) has no current schema; "
             "run `baton migrate` first (serve, director and worker do it themselves)"
         )

@@ -16,22 +16,13 @@ from sqlalchemy import MetaData, Table, func, select
 from sqlalchemy.exc import NoSuchTableError
 from sqlalchemy.orm import Session
 
+from baton.core.views import TableSnapshot as TableSnapshot
 from baton.storage.engine import Store
 from baton.storage.tables import Scheduler
 
 SCHEMA_SECONDS = 30.0  # how long a reflected schema is trusted
 # Columns of `schedulers` this release models; any other (a newer release's) is shown as it is.
 KNOWN_SCHEDULER_COLUMNS = frozenset(column.name for column in Scheduler.__table__.columns)
-
-
-@dataclass(frozen=True)
-class TableSnapshot:
-    """Rows of a table this release does not model (found by reflection), shown as they are."""
-
-    name: str
-    columns: list[str]
-    rows: list[dict[str, Any]]
-    truncated: bool
 
 
 def plain(value: Any) -> Any:

@@ -524,3 +524,18 @@ def configure_orm() -> None:
     from sqlalchemy.orm import configure_mappers
 
     configure_mappers()
+
+
+class MulaImport(Base):
+    """`baton import-mula`'s record (storage/mula_import/): mula's state taken over into this database.
+    One row (`id` 1): a Baton database takes over one mula. `finished_at` None: an import began and did not
+    finish, and a run again completes it; set: every later run changes nothing."""
+
+    __tablename__ = "mula_imports"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    source: Mapped[str] = mapped_column(String(512))  # mula's database, as the command described it
+    revision: Mapped[str] = mapped_column(String(32))  # mula's alembic revision
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    summary: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

@@ -8,6 +8,12 @@ form it knows works: several hosts in the netloc (`h1:p1,h2:p2`, what `pg_autoct
 `?host=h1,h2&port=p1,p2`, a key/value string (`host=h1 port=p1 dbname=baton`), and PG* environment
 variables for whatever the URL leaves out. SQLAlchemy's own spelling, `?host=h1:p1&host=h2:p2`, is
 rewritten into libpq's first. A URL that cannot work is refused here, naming the part.
+
+BATON_DATABASE_SCHEMA is a server option of that string (`-c search_path=<schema>`, nothing else on the
+path), so every connection, whoever opens it, finds Baton's tables, alembic's version table, the
+triggers' functions and the statements' unqualified names in that schema and nowhere else: a table of
+the same name in `public` (mula's `tasks`) is never seen. LISTEN/NOTIFY channels and advisory locks are
+the database's, not a schema's: one Baton per database (mula uses neither).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class DatabaseAddress:
     backend: Literal["sqlite", "postgresql"]
     url: str  # as configured
     conninfo: str = ""  # PostgreSQL: the libpq connection string every connection uses
+    schema: str | None = None  # PostgreSQL: BATON_DATABASE_SCHEMA, the only schema on the search path
 
     @property
     def params(self) -> dict[str, str]:
@@ -80,14 +87,21 @@ class DatabaseAddress:
             for host, port in zip(hosts, ports, strict=False)
         )
         database = params.get("dbname") or os.environ.get("PGDATABASE")
-        return f"PostgreSQL at {places}" + (f"/{database}" if database else "")
+        described = f"PostgreSQL at {places}" + (f"/{database}" if database else "")
+        return described + (f" (schema {self.schema})" if self.schema else "")
 
 
 @cache
-def database_address(url: str) -> DatabaseAddress:
-    """Parse BATON_DATABASE_URL; a ConfigurationError names the part that cannot work."""
+def database_address(url: str, schema: str | None = None) -> DatabaseAddress:
+    """Parse BATON_DATABASE_URL (with BATON_DATABASE_SCHEMA); a ConfigurationError names the part that
+    cannot work."""
     scheme, separator, _ = url.partition("://")
     if separator and (scheme == "sqlite" or scheme.startswith("sqlite+")):
+        if schema:
+            raise ConfigurationError(
+                f"BATON_DATABASE_SCHEMA ({schema}) is for PostgreSQL; the database is SQLite: unset it, or point "
+                "BATON_DATABASE_URL at PostgreSQL"
+            )
         return DatabaseAddress("sqlite", url)
     if separator and scheme not in POSTGRESQL_SCHEMES:
         raise refused(f"unsupported scheme '{scheme}'; use sqlite:///path/baton.db or postgresql://user@host:port/db")
@@ -96,13 +110,16 @@ def database_address(url: str) -> DatabaseAddress:
     except ProgrammingError as exc:  # libpq's own words: 'invalid URI query parameter: "foo"', ...
         raise refused(str(exc).strip()) from exc
     _check(params)
-    return DatabaseAddress("postgresql", url, make_conninfo(**params))
+    if schema:
+        given = params.get("options") or os.environ.get("PGOPTIONS", "")
+        params["options"] = f"{given} -c search_path={schema}".strip()
+    return DatabaseAddress("postgresql", url, make_conninfo(**params), schema)
 
 
-def libpq_conninfo(url: str, **changes: str) -> str:
+def libpq_conninfo(url: str, schema: str | None = None, **changes: str) -> str:
     """The libpq connection string of a PostgreSQL URL, for a connection of one's own; with
     `changes` (`dbname="other"`), another database on the same servers. Baton takes it as a URL too."""
-    address = database_address(url)
+    address = database_address(url, schema)
     return address.conninfo_with(**changes) if changes else address.conninfo
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import mimetypes
@@ -11,8 +12,6 @@ from datetime import datetime
 from importlib import resources
 from typing import Any
 from urllib.parse import urlencode
-
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 CHART_WIDTH = 300
 CHART_HEIGHT = 60
@@ -74,19 +73,27 @@ def link(view: str, params: dict[str, Any], **changes: Any) -> str:
     return f"#{view}?{query}" if query else f"#{view}"
 
 
-environment = Environment(
-    loader=PackageLoader("baton.ui", "templates"),
-    autoescape=select_autoescape(default=True, default_for_string=True),
-    undefined=StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-environment.filters.update(age=age, expiry=expiry, when=when, rate=rate, pretty=pretty)
-environment.globals.update(points=points, link=link, chart_width=CHART_WIDTH, chart_height=CHART_HEIGHT)
+@functools.cache
+def environment() -> Any:
+    """The templates' environment, made at the page's first request: an API replica nobody opens the page
+    of never imports jinja2."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    made = Environment(
+        loader=PackageLoader("baton.ui", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    made.filters.update(age=age, expiry=expiry, when=when, rate=rate, pretty=pretty)
+    made.globals.update(points=points, link=link, chart_width=CHART_WIDTH, chart_height=CHART_HEIGHT)
+    return made
 
 
 def render(template: str, **context: Any) -> str:
-    return environment.get_template(template).render(**context)
+    text: str = environment().get_template(template).render(**context)
+    return text
 
 
 @dataclass(frozen=True)

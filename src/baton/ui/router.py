@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import Enum
@@ -27,12 +27,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from baton import __version__
+from baton.core.events import NOT_A_STRING
 from baton.core.listing import CURSOR_PATTERN, MAX_CURSOR_LENGTH, SEARCH_PATTERN, InvalidListingError, Listing
 from baton.core.model import OrganisationId, SchedulerType, TaskStatus
 from baton.core.settings import Settings
-from baton.ingest.events import NOT_A_STRING
+from baton.core.tokens import Scope, grants
 from baton.service.status import (
-    BrokerProbe,
     ControlPlane,
     Overview,
     PageRequest,
@@ -42,7 +42,6 @@ from baton.service.status import (
     TaskFilter,
     TaskPage,
 )
-from baton.service.tokens import Scope, grants
 from baton.ui.render import load_static, render
 
 POLL_MILLISECONDS = 2000
@@ -115,30 +114,11 @@ class Identity:
         )
 
 
-def broker_queues(organisations: Sequence[str]) -> tuple[str, list[str]]:
-    """The dead-letter queue and the queues worth a look: organisation events and each scheduler's."""
-    from baton.ingest.rabbitmq import DEAD_LETTER_QUEUE, EVENT_QUEUE_SUFFIX, ORGANISATIONS_QUEUE, event_queue
-
-    names = [ORGANISATIONS_QUEUE]
-    for organisation in organisations:
-        names += [event_queue(organisation, kind) for kind in EVENT_QUEUE_SUFFIX]
-    return DEAD_LETTER_QUEUE, names
-
-
-def broker_probe(settings: Settings) -> BrokerProbe | None:
-    if not settings.amqp.enabled:
-        return None
-    from baton.ingest.rabbitmq import connect
-
-    url = settings.amqp.url
-    return BrokerProbe(lambda: connect(url))
-
-
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Runs inside the app's own lifespan, so its queue service exists already."""
-    settings: Settings = app.state.settings
-    status: StatusService = app.state.app_services.status_service(app.state.queues, broker_probe(settings))
+    services = app.state.app_services
+    status: StatusService = services.status_service(app.state.queues, services.broker())
     app.state.status_page = status
     sampler = asyncio.create_task(status.rates.run(), name="status-page-rates")
     try:
@@ -269,7 +249,7 @@ def status_router(security: Security) -> APIRouter:
     def control_plane(request: Request) -> ControlPlane:
         """Who leads and since when, workers and scheduler leases where the database has them,
         RabbitMQ consumers and dead letters where RabbitMQ is configured."""
-        return service(request).control_plane(broker_queues)
+        return service(request).control_plane(request.app.state.app_services.broker_queues)
 
     @router.get("/api/tasks", tags=TAGS, dependencies=[read])
     def tasks(
@@ -338,7 +318,9 @@ def status_router(security: Security) -> APIRouter:
 
     @router.get("/fragments/control-plane", include_in_schema=False, dependencies=[read])
     def control_plane_fragment(request: Request) -> HTMLResponse:
-        return html(render("control.html", view=service(request).control_plane(broker_queues)))
+        return html(
+            render("control.html", view=service(request).control_plane(request.app.state.app_services.broker_queues))
+        )
 
     @router.get("/fragments/tasks", include_in_schema=False, dependencies=[read])
     async def tasks_fragment(

@@ -1,34 +1,20 @@
 """Baton's own plugin catalogue as a file: the built-in `plugins.yml` (beside this package) or
 BATON_PLUGINS_FILE, read and seeded into the catalogue tables by `baton migrate` and `baton serve`;
-`PluginSpec` is also what `POST /plugins` takes."""
+its entries are `PluginSpec`s (core/catalogue.py), also what `POST /plugins` takes."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from baton.core.catalogue import PluginSpec
 from baton.core.errors import ConfigurationError
-from baton.ingest.events import ScanLevel
 from baton.storage.engine import Session
 from baton.storage.scheduling.plugins import seed_plugins
 
 BUILTIN_CATALOGUE = Path(__file__).parent.parent / "plugins.yml"
-PluginId = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-
-
-class PluginSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", from_attributes=True)
-
-    id: str = PluginId
-    type: Literal["boefje", "normalizer"]
-    name: str = Field(min_length=1, max_length=256)
-    consumes: list[str] = Field(min_length=1, max_length=64, description="Object types or mime types.")
-    scan_level: ScanLevel = Field(0, description="Boefjes: lowest object scan level they may scan.")
-    enabled: StrictBool = Field(True, description="Default for organisations without their own setting.")
-    version: str | None = Field(None, max_length=64, description="Plugin version (OpenKAT's runners show it).")
-    oci_image: str | None = Field(None, max_length=512, description="Boefjes: the container image that runs it.")
+__all__ = ["BUILTIN_CATALOGUE", "CatalogueFile", "PluginSpec", "load_catalogue_file", "seed_catalogue"]
 
 
 class CatalogueFile(BaseModel):

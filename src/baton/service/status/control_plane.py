@@ -10,21 +10,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from baton import __version__
 from baton.core.identity import process_location
-from baton.core.listing import PageRequest
 from baton.core.logging import get_logger
 from baton.core.model import utcnow
 from baton.core.outside_services import OutsideServiceStatus
 from baton.core.settings import Settings
+from baton.core.views import ControlPlaneReading, TableSnapshot
 from baton.service.outside_services import OutsideServices
 from baton.service.status.overview import seconds_since
-from baton.storage.control.leadership import leaders
-from baton.storage.engine import Store
-from baton.storage.queues.listings import organisations_page
-from baton.storage.schema_probe import SchemaProbe, TableSnapshot
 
 log = get_logger("baton.status")
 
@@ -96,6 +92,15 @@ class ControlPlane:
     outside_services: list[OutsideServiceStatus]
 
 
+class ControlPlaneRecords(Protocol):
+    """The control plane as the database records it (storage/ports/status.py)."""
+
+    @property
+    def dialect(self) -> str: ...
+
+    def control_plane(self, organisations: int, table_rows: int) -> ControlPlaneReading: ...
+
+
 NOT_CONFIGURED = BrokerStatus(False, False, "RabbitMQ not configured", None, [], None, False)
 
 
@@ -149,9 +154,8 @@ class BrokerProbe:
 
 
 def read_control_plane(
-    store: Store,
+    records: ControlPlaneRecords,
     settings: Settings,
-    schema: SchemaProbe,
     broker: BrokerProbe | None,
     broker_queues: BrokerQueues | None,
     outside: OutsideServices | None = None,
@@ -161,36 +165,32 @@ def read_control_plane(
     # The leading director rewrites its row every reconcile round: a row older than two rounds
     # (and than the lease time) means that director stopped leading or stopped working.
     stale_after = max(settings.leases.lease_seconds, 2 * settings.timing.reconcile_interval_seconds)
-    reflected = schema.current()
-    with store.session() as session:
-        leader_rows = [
-            LeaderStatus(
-                role=row.role,
-                holder=row.holder,
-                acquired_at=row.acquired_at,
-                renewed_at=row.renewed_at,
-                leading_seconds=seconds_since(row.acquired_at, now) or 0.0,
-                renewal_age_seconds=seconds_since(row.renewed_at, now) or 0.0,
-                stale=now - row.renewed_at > timedelta(seconds=stale_after),
-            )
-            for row in leaders(session)
-        ]
-        first = PageRequest("organisations", limit=BROKER_ORGANISATIONS - 1)
-        organisations = [org.id for org in organisations_page(session, first)]
-        workers = reflected.workers_snapshot(session, TABLE_ROWS)
-        owners = reflected.lease_owners(session)
-        outside_services = [] if outside is None else outside.read(session)
+    reading = records.control_plane(BROKER_ORGANISATIONS - 1, TABLE_ROWS)
+    leader_rows = [
+        LeaderStatus(
+            role=row.role,
+            holder=row.holder,
+            acquired_at=row.acquired_at,
+            renewed_at=row.renewed_at,
+            leading_seconds=seconds_since(row.acquired_at, now) or 0.0,
+            renewal_age_seconds=seconds_since(row.renewed_at, now) or 0.0,
+            stale=now - row.renewed_at > timedelta(seconds=stale_after),
+        )
+        for row in reading.leaders
+    ]
+    workers = reading.workers
+    outside_services = [] if outside is None else outside.statuses()
     if broker is None or broker_queues is None:
         broker_status = NOT_CONFIGURED
     else:
-        dead_letter, names = broker_queues(organisations)
+        dead_letter, names = broker_queues(reading.organisations)
         broker_status = broker.read(dead_letter, names)
     return ControlPlane(
         generated_at=now,
         process=ProcessInfo(
             version=__version__,
             location=process_location(),
-            database=store.dialect,
+            database=records.dialect,
             auth_required=settings.auth_required,
             amqp_enabled=settings.amqp.enabled,
             heartbeat_timeout_seconds=settings.timing.heartbeat_timeout_seconds,
@@ -202,7 +202,7 @@ def read_control_plane(
         workers_note=(
             "table workers" if workers is not None else "no workers table in this database (it predates baton worker)"
         ),
-        lease_owners=lease_owners(owners),
+        lease_owners=lease_owners(reading.lease_owners),
         broker=broker_status,
         outside_services=outside_services,
     )

@@ -16,11 +16,8 @@ from datetime import datetime, timedelta
 
 from baton.core.admission import is_full
 from baton.core.model import SchedulerType
-from baton.service.queues import QueueView
+from baton.core.views import EstateCounts, EstateReading, QueueView
 from baton.service.status.rates import Rates
-from baton.storage.engine import Session
-from baton.storage.queues.listings import EstateCounts
-from baton.storage.queues.status_reads import oldest_queued, oldest_queued_by_type, type_totals
 
 FAILED_WINDOW = timedelta(hours=1)
 
@@ -104,10 +101,10 @@ class Overview:
 
 
 def queue_statuses(
-    session: Session, views: Sequence[QueueView], failed: dict[str, int], now: datetime
+    views: Sequence[QueueView], oldest: dict[str, datetime], failed: dict[str, int], now: datetime
 ) -> list[QueueStatus]:
-    """The queues of a page with their age (one index probe per non-empty queue) and failures."""
-    oldest = oldest_queued(session, [view.id for view in views if view.size > 0])
+    """The queues of a page with their age (`oldest`: when each non-empty one's oldest task was queued)
+    and failures."""
     return [
         QueueStatus(
             id=view.id,
@@ -126,12 +123,12 @@ def queue_statuses(
     ]
 
 
-def type_rows(session: Session, failed: dict[str, int], now: datetime) -> list[Totals]:
-    """Totals per type by aggregate SQL (`storage/queues/status_reads.py`), not by listing the queues."""
-    totals = type_totals(session)
-    oldest = oldest_queued_by_type(session)
+def type_rows(reading: EstateReading, now: datetime) -> list[Totals]:
+    """Totals per type from the aggregates read (`storage/queues/status_reads.py`), not by listing the queues."""
+    totals = reading.type_totals
+    oldest = reading.oldest_by_type
     failed_by_type: dict[str, int] = {}
-    for queue_id, count in failed.items():
+    for queue_id, count in reading.failed.items():
         kind = queue_id.partition("-")[0]
         failed_by_type[kind] = failed_by_type.get(kind, 0) + count
     rows = []

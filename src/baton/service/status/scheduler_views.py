@@ -13,9 +13,8 @@ from typing import Any
 from baton.core.heartbeat import is_stale, live_state
 from baton.core.listing import Page, PageRequest
 from baton.core.model import SchedulerState
+from baton.core.views import EstateCounts, SchedulerRecord
 from baton.service.status.overview import seconds_since
-from baton.storage.queues.listings import EstateCounts
-from baton.storage.tables import Scheduler
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ def split_location(location: str | None) -> tuple[str | None, int | None]:
     return host, int(pid)
 
 
-def scheduler_status(row: Scheduler, now: datetime, timeout: float, extra: dict[str, Any]) -> SchedulerStatus:
+def scheduler_status(row: SchedulerRecord, now: datetime, timeout: float, extra: dict[str, Any]) -> SchedulerStatus:
     reported = SchedulerState(row.state)
     host, pid = split_location(row.location)
     expires = row.lease_expires_at
@@ -102,7 +101,7 @@ def scheduler_status(row: Scheduler, now: datetime, timeout: float, extra: dict[
 
 
 def scheduler_page(
-    page: Page[Scheduler],
+    page: Page[SchedulerRecord],
     extras: dict[str, dict[str, Any]],
     extra_columns: list[str],
     estate: EstateCounts,
@@ -112,7 +111,7 @@ def scheduler_page(
     *,
     problems_only: bool,
 ) -> SchedulerPage:
-    """A page of schedulers as read (`storage.listings.schedulers_page`), with the estate's counts."""
+    """A page of schedulers as read (`StatusRecords.schedulers`), with the estate's counts."""
     statuses: Sequence[SchedulerStatus] = [
         scheduler_status(row, now, timeout, extras.get(row.id, {})) for row in page.rows
     ]

@@ -16,12 +16,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from baton.core.model import utcnow
+from baton.core.views import EstateCounts, EstateReading
 from baton.service.status.overview import FAILED_WINDOW, Totals, type_rows
-from baton.storage.engine import Store
-from baton.storage.queues.listings import EstateCounts, estate_counts
-from baton.storage.queues.status_reads import failed_since
 
 LARGE_ESTATE = 3_000  # schedulers (1,000 organisations)
 MIN_AGE = 2.0  # seconds: the page's own refresh
@@ -38,14 +37,20 @@ class EstateSnapshot:
     cost_seconds: float
 
 
-def take_snapshot(store: Store, heartbeat_timeout: float) -> EstateSnapshot:
+class EstateRecords(Protocol):
+    """The estate's aggregates (storage/ports/status.py)."""
+
+    def estate(self, now: datetime, heartbeat_timeout: float, failed_since: datetime) -> EstateReading: ...
+
+
+def take_snapshot(records: EstateRecords, heartbeat_timeout: float) -> EstateSnapshot:
     started = time.monotonic()
     now = utcnow()
-    with store.session() as session:
-        estate = estate_counts(session, now, heartbeat_timeout)
-        failed, capped = failed_since(session, now - FAILED_WINDOW)
-        by_type = type_rows(session, failed, now)
-    return EstateSnapshot(now, estate, by_type, failed, capped, time.monotonic() - started)
+    reading = records.estate(now, heartbeat_timeout, now - FAILED_WINDOW)
+    by_type = type_rows(reading, now)
+    return EstateSnapshot(
+        now, reading.estate, by_type, reading.failed, reading.failed_capped, time.monotonic() - started
+    )
 
 
 class SnapshotCache:

@@ -6,12 +6,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from baton.core.model import TaskStatus, utcnow
 from baton.core.task_queries import TaskFilter
-from baton.storage.engine import Session
-from baton.storage.queues.listings import queue_ids, queued_total
-from baton.storage.queues.task_pages import TaskRow, task_page
+from baton.core.views import TaskRow
+
+
+class TaskPageRecords(Protocol):
+    """Keyset pages of tasks and the counters' queued totals (storage/ports/status.py)."""
+
+    def task_page(self, wanted: TaskFilter, before: int | None, limit: int) -> list[TaskRow]: ...
+
+    def queued_total(self, organisation: str | None, kind: str | None) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -25,13 +32,13 @@ class TaskPage:
     generated_at: datetime
 
 
-def tasks_page(session: Session, wanted: TaskFilter, before: int | None, limit: int) -> TaskPage:
+def tasks_page(records: TaskPageRecords, wanted: TaskFilter, before: int | None, limit: int) -> TaskPage:
     """Newest first, `limit` at a time, older than `before` (a `seq`)."""
-    rows = task_page(session, wanted, queue_ids(session) if wanted.q else [], before, limit)
+    rows = records.task_page(wanted, before, limit)
     known_total = None
     if wanted.status is TaskStatus.QUEUED and not wanted.q:
         kind = wanted.type.value if wanted.type is not None else None
-        known_total = queued_total(session, wanted.organisation, kind)
+        known_total = records.queued_total(wanted.organisation, kind)
     return TaskPage(
         filter=wanted,
         tasks=rows[:limit],

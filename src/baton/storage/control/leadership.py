@@ -13,7 +13,6 @@ On PostgreSQL the holder also keeps a `LivenessLock`: a fast signal that its con
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, Connection, and_, exists, func, literal, or_, select, text, true, update
@@ -21,6 +20,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from baton.core.model import utcnow
+from baton.core.views import Leadership as Leadership
 from baton.storage.clock import db_after, db_now
 from baton.storage.engine import Store, insert_for, on_postgresql
 from baton.storage.tables import LeaderRecord
@@ -30,14 +30,6 @@ LIVENESS_LOCK_KEY = 0x0BA7_0002
 # Housekeeping where no director runs (control/housekeeping.py): one `baton worker` at a time.
 HOUSEKEEPER_ROLE = "housekeeper"
 HOUSEKEEPER_LIVENESS_LOCK_KEY = 0x0BA7_0004
-
-
-@dataclass(frozen=True)
-class Leadership:
-    role: str
-    holder: str
-    term: int
-    expires_at: datetime | None
 
 
 def try_acquire_leadership(

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from baton.storage.engine import on_postgresql
-from baton.storage.urls import database_address
+from baton.storage.urls import DatabaseAddress
 
 if TYPE_CHECKING:
     import psycopg
@@ -30,9 +30,8 @@ class PoolChanges:
     """Waits for `announce_pool_change` from any worker (LISTEN on its own connection), or for a
     timeout. On SQLite, and while that connection cannot be made, it is a plain wait."""
 
-    def __init__(self, url: str, stop: threading.Event) -> None:
-        address = database_address(url)
-        self._dsn = address.conninfo
+    def __init__(self, address: DatabaseAddress, stop: threading.Event) -> None:
+        self._dsn = address.conninfo  # the store's: every connection through one connection string
         self._postgresql = address.backend == "postgresql"
         self._stop = stop
         self._conn: psycopg.Connection[Any] | None = None

@@ -144,7 +144,7 @@ def claim_unowned(
         select(Scheduler.id)
         .join(Organisation, Organisation.id == Scheduler.organisation)
         .where(condition)
-        .order_by(Scheduler.id)
+        .order_by(Scheduler.organisation, Scheduler.type, Scheduler.id)  # core.leases.spread_order
         .limit(limit)
     )
     if on_postgresql(session):

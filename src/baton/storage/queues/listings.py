@@ -10,7 +10,6 @@ shown says whether there is a next page, without counting.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +19,7 @@ from sqlalchemy.orm import Session
 from baton.core.heartbeat import CLAIMS_TO_RUN
 from baton.core.listing import PageRequest, prefix_range
 from baton.core.model import SchedulerState
+from baton.core.views import EstateCounts as EstateCounts
 from baton.storage.engine import on_postgresql
 from baton.storage.tables import LeaseHolder, Organisation, QueueCounter, Scheduler
 
@@ -124,19 +124,6 @@ def counts_of(session: Session, queue_ids: Sequence[str]) -> dict[str, tuple[int
         .group_by(QueueCounter.scheduler_id)
     )
     return {scheduler_id: (int(queued or 0), int(in_flight or 0)) for scheduler_id, queued, in_flight in rows}
-
-
-@dataclass(frozen=True)
-class EstateCounts:
-    """The whole estate in a few numbers, each from one aggregate statement."""
-
-    organisations: int
-    schedulers: int
-    disabled: int
-    by_state: dict[str, int]  # by the heartbeat rule: a stale scheduler counts as failed
-    stale: int  # claim to run without a heartbeat within the timeout
-    queued: int
-    in_flight: int
 
 
 def estate_counts(session: Session, now: datetime, heartbeat_timeout: float) -> EstateCounts:

@@ -4,7 +4,6 @@ requeue it, change its priority."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select, update
@@ -13,23 +12,11 @@ from sqlalchemy.orm import Session
 
 from baton.core.admission import twin_queued
 from baton.core.model import TaskStatus
+from baton.core.views import RequeueState as RequeueState
 from baton.storage.control.scheduler_rows import get_scheduler
 from baton.storage.queues.operations import queue_counts
 from baton.storage.queues.statements import TASKS
 from baton.storage.tables import IS_QUEUED, Organisation, Task
-
-
-@dataclass(frozen=True)
-class RequeueState:
-    """What a requeue is decided on: the task (locked until the transaction ends) and its queue."""
-
-    status: str
-    queue_id: str
-    hash: str | None
-    enabled: bool
-    maxsize: int
-    queued: int
-    twin: bool  # a task with its hash is queued in its queue
 
 
 def requeue_state(session: Session, task_id: uuid.UUID) -> RequeueState | None:

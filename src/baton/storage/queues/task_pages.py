@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +19,7 @@ from sqlalchemy.orm import Session
 from baton.core.filters import Condition, FilterTree, Group
 from baton.core.model import SchedulerType, scheduler_id_for
 from baton.core.task_queries import TASK_TYPES, TaskFilter, TaskQuery
+from baton.core.views import TaskRow as TaskRow
 from baton.storage.engine import on_postgresql
 from baton.storage.filters import compile_tree
 from baton.storage.tables import Task
@@ -104,22 +104,6 @@ def hourly_counts(
 
 
 # -- the status page's keyset pages ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TaskRow:
-    seq: int
-    id: uuid.UUID
-    scheduler_id: str
-    organisation: str
-    type: str
-    priority: int
-    status: str
-    hash: str | None
-    attempts: int
-    reason: str | None
-    created_at: datetime
-    modified_at: datetime
 
 
 ROW_COLUMNS = [

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
 
@@ -48,22 +48,6 @@ OnQueued = Callable[[str], None]
 OnAnything = Callable[[], None]
 OnLost = Callable[[], None]
 HasWaiters = Callable[[], bool]
-
-
-class Wakeups(Protocol):
-    @property
-    def live(self) -> bool:
-        """True while every newly queued task is announced; else waiters must look for themselves."""
-        ...
-
-    def start(self, on_queued: OnQueued, on_anything: OnAnything, on_lost: OnLost, has_waiters: HasWaiters) -> None: ...
-
-    async def watch(self) -> None:
-        """Called by a waiter before each pop: returns when tasks queued after it will be announced
-        (or when they cannot be, and `live` is False)."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 class _Background:
@@ -237,7 +221,9 @@ class ChangeWatcher(_Background):
             await asyncio.to_thread(self._forget_connection)
 
 
-def wakeups_for(store: Store, recheck_seconds: float, listen_check_seconds: float = CHECK_SECONDS) -> Wakeups:
+def wakeups_for(
+    store: Store, recheck_seconds: float, listen_check_seconds: float = CHECK_SECONDS
+) -> QueuedListener | ChangeWatcher:
     if store.is_postgresql:
         return QueuedListener(store, listen_check_seconds)
     return ChangeWatcher(store, recheck_seconds)

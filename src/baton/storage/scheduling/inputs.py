@@ -68,8 +68,8 @@ class InputListener:
     """LISTEN for inputs on one connection, on a thread of its own: `on_input(scheduler_id)` for each
     notification, `on_gap()` after every (re)connect."""
 
-    def __init__(self, url: str, on_input: Callable[[str], None], on_gap: Callable[[], None]) -> None:
-        self._conninfo = libpq_conninfo(url)
+    def __init__(self, conninfo: str, on_input: Callable[[str], None], on_gap: Callable[[], None]) -> None:
+        self._conninfo = libpq_conninfo(conninfo)  # the store's (`store.address.conninfo`), or a URL
         self._on_input = on_input
         self._on_gap = on_gap
         self._stop = threading.Event()

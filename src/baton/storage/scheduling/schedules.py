@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -13,26 +12,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from baton.core.errors import ConflictError, NotFoundError
-from baton.core.filters import FilterTree
 from baton.core.model import TaskStatus, utcnow
+from baton.core.views import ScheduleQuery as ScheduleQuery
 from baton.storage.control.organisations import get_organisation
 from baton.storage.filters import SCHEDULES, compile_tree
 from baton.storage.tables import Schedule, Task
-
-
-@dataclass(frozen=True)
-class ScheduleQuery:
-    """Which schedules a listing shows: equal columns, inclusive time ranges, a filter-language tree."""
-
-    scheduler_id: str | None = None
-    organisation: str | None = None
-    hash: str | None = None
-    enabled: bool | None = None
-    min_deadline_at: datetime | None = None
-    max_deadline_at: datetime | None = None
-    min_created_at: datetime | None = None
-    max_created_at: datetime | None = None
-    matching: FilterTree | None = None
 
 
 def create_schedule(
