@@ -12,8 +12,10 @@ server takes a private one (`private_rabbitmq`; harness.servers.ThrowawayPostgre
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -31,7 +33,7 @@ from baton.runtime import build_app
 from baton.storage.engine import Store
 from baton.storage.tables import Base
 from baton.storage.urls import libpq_conninfo
-from harness.servers import ThrowawayRabbitMQ, add_rabbitmq_vhost, rabbitmqctl
+from harness.servers import ThrowawayPostgres, ThrowawayRabbitMQ, add_rabbitmq_vhost, rabbitmqctl
 
 # Under pytest-xdist each worker replaces these with its own database and virtual host (below).
 POSTGRES_URL = os.environ.get("BATON_TEST_POSTGRES_URL")
@@ -230,6 +232,25 @@ def amqp_url(request: pytest.FixtureRequest) -> Iterator[str]:
     finally:
         AMQP_URL = os.environ["BATON_TEST_AMQP_URL"] = shared
         rabbitmqctl("delete_vhost", vhost)
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL cluster of the test's own, for a test that stops or restarts the server."""
+    if not os.environ.get("BATON_TEST_PG_BIN"):
+        if os.environ.get("CI"):
+            pytest.fail("BATON_TEST_PG_BIN is not set under CI: run the suite with scripts/test.sh")
+        pytest.skip("no PostgreSQL binaries: run the suite with scripts/test.sh")
+    # Not under tmp_path: the server runs as the postgres user, who cannot enter pytest's 0700 dirs.
+    cluster = ThrowawayPostgres(Path(tempfile.mkdtemp(prefix="baton-private-postgres-")))
+    cluster.init()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            cluster.stop()
+        shutil.rmtree(cluster.directory, ignore_errors=True)
 
 
 @pytest.fixture

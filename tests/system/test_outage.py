@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,24 +20,6 @@ from baton.storage.queues.door import QueueDoor
 from harness.factories import add_organisation
 from harness.servers import ThrowawayPostgres
 from harness.waiting import free_port, wait_until
-
-
-@pytest.fixture
-def private_postgres() -> Iterator[ThrowawayPostgres]:
-    if not os.environ.get("BATON_TEST_PG_BIN"):
-        if os.environ.get("CI"):
-            pytest.fail("BATON_TEST_PG_BIN is not set under CI: run the suite with scripts/test.sh")
-        pytest.skip("no PostgreSQL binaries: run the suite with scripts/test.sh")
-    # Not under tmp_path: the server runs as the postgres user, who cannot enter pytest's 0700 dirs.
-    cluster = ThrowawayPostgres(Path(tempfile.mkdtemp(prefix="baton-outage-")))
-    cluster.init()
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            cluster.stop()
-        shutil.rmtree(cluster.directory, ignore_errors=True)
 
 
 def test_api_answers_503_during_an_outage_and_recovers(private_postgres: ThrowawayPostgres) -> None:

@@ -7,18 +7,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
-import pytest
 
 from baton.storage.urls import database_address
 from harness.servers import ThrowawayPostgres, stop_processes, wait_ready
@@ -29,23 +25,6 @@ HOSTNAME_EVENT = {
     "type": "scan_profile_mutation",
     "object": {"primary_key": "Hostname|internet|{name}.example", "object_type": "Hostname", "scan_level": 1},
 }
-
-
-@pytest.fixture
-def private_postgres() -> Iterator[ThrowawayPostgres]:
-    if not os.environ.get("BATON_TEST_PG_BIN"):
-        if os.environ.get("CI"):
-            pytest.fail("BATON_TEST_PG_BIN is not set under CI: run the suite with scripts/test.sh")
-        pytest.skip("no PostgreSQL binaries: run the suite with scripts/test.sh")
-    cluster = ThrowawayPostgres(Path(tempfile.mkdtemp(prefix="baton-outage-log-")))
-    cluster.init()
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            cluster.stop()
-        shutil.rmtree(cluster.directory, ignore_errors=True)
 
 
 class Process:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from baton.core.diagnosis import reason
@@ -101,7 +101,29 @@ def make_engine(url: str, pool_size: int = 10, max_overflow: int = 20, schema: s
         # (several hosts, PG* variables) reaches the same hosts as Baton's other connections.
         cargs[:] = [address.conninfo]
 
+    _replace_connections_an_outage_outlived(engine)
     return engine
+
+
+OUTAGES_WHEN_OPENED = "baton_outages_when_opened"
+
+
+def _replace_connections_an_outage_outlived(engine: Engine) -> None:
+    """A pooled connection opened before this process's latest database outage began is replaced when
+    it is next checked out, without a round trip: the server it spoke to has restarted or failed over
+    since. Used as it is, its first statement fails after the outage has ended and is taken for a new
+    outage (a second warning and a 503 or a back-off). SQLAlchemy invalidates a pool on the first
+    such failure, but each pool learns only from its own: the control engine's, idle through an
+    outage the main pool met, kept its dead connections."""
+
+    @event.listens_for(engine, "connect")
+    def _opened(_dbapi_connection: Any, record: Any) -> None:
+        record.info[OUTAGES_WHEN_OPENED] = DATABASE.outages
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(_dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        if record.info.get(OUTAGES_WHEN_OPENED, DATABASE.outages) < DATABASE.outages:
+            raise DisconnectionError("opened before the latest database outage")  # the pool opens another
 
 
 # The control engine's pool: leases, leadership and worker rounds; a handful of threads at most.
