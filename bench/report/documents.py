@@ -25,6 +25,7 @@ from bench.report.soak import plot_soak, section_soak
 from bench.report.targets import RETIRED, WALLS, Verdict, invalid_reason, verdicts
 from bench.report.throughput import (
     section_batched,
+    section_before_after,
     section_depth,
     section_hot_path,
     section_ingest,
@@ -41,6 +42,7 @@ ANALYSIS = BENCH / "analysis.md"
 SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "hot_path": section_hot_path,
     "push": section_push,
+    "before_after": section_before_after,
     "batched": section_batched,
     "ingest": section_ingest,
     "depth": section_depth,

@@ -61,6 +61,18 @@ TARGETS = [
         "ms",
         "#41",
     ),
+    *(
+        Target(
+            f"{what}, {count} client{'s' if count > 1 else ''}: after / before the restructure",
+            f"before_after.ratios.{key}_{count}",
+            0.90,
+            ">=",
+            "percent",
+            "#40",
+        )
+        for what, key in (("pop", "pop"), ("push (Baton's dialect)", "push"))
+        for count in (1, 8)
+    ),
     Target("pop limit=10 / one task per request, 8 clients", "batched.ratios.batched_8", 3.0, ">=", "times", "#14"),
     Target("RabbitMQ ingest, one scheduler (events/s)", "ingest.events_per_second", 1000.0, ">=", "per_second", "#14"),
     Target("pop p99, largest / smallest queue", "depth.ratios.pop_p99_largest_to_smallest", 2.0, "<=", "times", "#14"),

@@ -191,3 +191,41 @@ def minimal_reference_lines(ratios: dict[str, Any], baseline: str, operation: st
         f"{pct(ratios['baton_to_minimal_1'])} of the reference at 1 client ({pct(ratios['baton_to_minimal_8'])} at 8).",
         "",
     ]
+
+
+def section_before_after(result: dict[str, Any]) -> list[str]:
+    by_series = {(row["kind"], row["series"], row["clients"]): row for row in result["series"]}
+    kinds = list(dict.fromkeys(row["kind"] for row in result["series"]))
+    counts = sorted({row["clients"] for row in result["series"]})
+    rows = []
+    for kind in kinds:
+        for count in counts:
+            old, new = by_series[(kind, "before", count)], by_series[(kind, "after", count)]
+            rows.append(
+                [
+                    kind,
+                    str(count),
+                    f"{num(old['per_second'])} ({runs(old) or '-'})",
+                    f"{num(new['per_second'])} ({runs(new) or '-'})",
+                    pct(new["ratio"]),
+                    num(old.get("server_cpu_ms_per_op"), 2),
+                    num(new.get("server_cpu_ms_per_op"), 2),
+                ]
+            )
+    header = ["requests", "clients", "before /s", "after /s", "after / before", "CPU ms before", "CPU ms after"]
+    return [
+        "## Before and after the restructure (#40)",
+        "",
+        measured_on(result),
+        "",
+        f"The same requests through `baton serve` on this code (after) and on commit `{result['before_commit']}` "
+        "(before: main just before the pop door, the planning context, the storage packages and the service "
+        "faces of issue #40), each on a database of its own on the same PostgreSQL server with "
+        f"{result['queued_at_start']:,} tasks queued at the start, {result['duration_s']:.0f} s per series, "
+        f"{result['rounds']} rounds interleaved; the old code runs from `git archive` of that commit on the same "
+        "Python and packages. A pop takes one task; a push is Baton's dialect (a distinct hash each) or "
+        "OpenKAT's boefje push (mula's body; before, its schedule was written in a second transaction, "
+        "issue #41). Server CPU per request is the `baton serve` process's.",
+        "",
+        *table(header, rows, "lrrrrrr"),
+    ]

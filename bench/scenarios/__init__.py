@@ -11,6 +11,7 @@ from types import ModuleType
 NAMES = (
     "hot_path",
     "push",
+    "before_after",
     "batched",
     "ingest",
     "depth",
