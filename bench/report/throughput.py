@@ -222,8 +222,9 @@ def section_before_after(result: dict[str, Any]) -> list[str]:
         "(before: main just before the pop door, the planning context, the storage packages and the service "
         "faces of issue #40), each on a database of its own on the same PostgreSQL server with "
         f"{result['queued_at_start']:,} tasks queued at the start, {result['duration_s']:.0f} s per series, "
-        f"{result['rounds']} rounds interleaved; the old code runs from `git archive` of that commit on the same "
-        "Python and packages. A pop takes one task; a push is Baton's dialect (a distinct hash each) or "
+        f"{result['rounds']} round{'s' if result['rounds'] != 1 else ''} interleaved; the old code runs from "
+        "`git archive` of that commit on the same Python and packages. A pop takes one task; a push is "
+        "Baton's dialect (a distinct hash each) or "
         "OpenKAT's boefje push (mula's body; before, its schedule was written in a second transaction, "
         "issue #41). Server CPU per request is the `baton serve` process's.",
         "",
