@@ -75,6 +75,13 @@ def test_a_bad_setting_names_the_variable_not_the_field(tmp_path: Path) -> None:
     assert_one_line(result, "BATON_PORT", "valid integer", "'abc'")
 
 
+@pytest.mark.parametrize("value", ["hypercorn", "Granian", ""])
+def test_an_unknown_http_server_is_refused_naming_the_variable(tmp_path: Path, value: str) -> None:
+    result = baton("serve", env={"BATON_HTTP_SERVER": value, "BATON_DATABASE_URL": f"sqlite:///{tmp_path}/b.db"})
+    assert_one_line(result, "BATON_HTTP_SERVER", "'uvicorn' or 'granian'", f"(got {value!r})")
+    assert not (tmp_path / "b.db").exists()  # refused before anything was opened
+
+
 def test_kubernetes_runner_without_cluster_or_kubeconfig(tmp_path: Path) -> None:
     env = {
         "BATON_DATABASE_URL": f"sqlite:///{tmp_path}/b.db",
