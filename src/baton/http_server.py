@@ -12,6 +12,8 @@ BATON_WORKERS of them), each building its app from the import target as uvicorn'
 from __future__ import annotations
 
 import multiprocessing
+import os
+import re
 from typing import Any
 
 from baton.core.settings import Settings
@@ -20,6 +22,9 @@ from baton.core.settings import Settings
 WORKER_APP = "baton.runtime:worker_app"
 # granian's loggers (its Rust core logs as `_granian`); they propagate to Baton's handler on the root logger.
 GRANIAN_LOGGERS = ("_granian", "granian.access")
+# How granian's Rust core words an operating system's error (its RuntimeError's first line), e.g. a port
+# in use: "Address already in use (os error 98)".
+RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 # granian's default listen backlog, and with it the requests one worker serves at once beside waiting pops.
 GRANIAN_BACKLOG = 1024
 
@@ -85,7 +90,24 @@ def run_granian(settings: Settings) -> None:
         log_access=False,  # Baton logs one structured line per request itself
         process_name=getproctitle(),  # `ps` keeps showing `baton serve ...`; workers add ` worker-N`
     )
-    server.serve()
+    try:
+        server.serve()
+    except RuntimeError as exc:
+        error = as_os_error(exc)
+        if error is exc:
+            raise
+        raise error from exc
+
+
+def as_os_error(exc: RuntimeError) -> Exception:
+    """granian's RuntimeError for an operating system's error (binding the port) as Python's OSError,
+    which the command line explains in one line as it does uvicorn's (without the Rust backtrace that
+    RUST_BACKTRACE adds to the message); any other error as it is."""
+    found = RUST_OS_ERROR.search(str(exc).partition("\n")[0])
+    if found is None:
+        return exc
+    number = int(found.group(1))
+    return OSError(number, os.strerror(number))
 
 
 def granian_logging() -> dict[str, Any]:
