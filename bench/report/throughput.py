@@ -35,11 +35,42 @@ def section_hot_path(result: dict[str, Any]) -> list[str]:
         "(`pops.pop_sql()`, compiled from the code with its default parameters) through psycopg in "
         "autocommit, one connection per client. `baton serve` is one process; `BATON_WORKERS=2` runs two "
         "uvicorn workers on the same two cores; `BATON_GROUP_POPS=false` is one process in which every pop "
-        "sends its own statement (the group pop off: what it gains is the difference to `HTTP, 1 process`).",
+        "sends its own statement (the group pop off: what it gains is the difference to `HTTP, 1 process`)."
+        + granian_method(result, "`HTTP, granian`", "pops"),
         "",
         *throughput_rows(result, "pops/s", "raw SQL"),
         *group_pop_gain(result),
+        *granian_against_uvicorn(result, "pops/s, one process", [("", "granian_to_uvicorn")]),
     ]
+
+
+def has_granian_series(result: dict[str, Any]) -> bool:
+    """Whether the run measured `baton serve` on granian too (results made before it did not)."""
+    return any(row["series"].endswith("granian") for row in result["series"])
+
+
+def granian_method(result: dict[str, Any], series: str, requests: str) -> str:
+    if not has_granian_series(result):
+        return ""
+    return (
+        f" {series}: the same {requests} to a `baton serve` on granian instead of uvicorn "
+        "(`BATON_HTTP_SERVER=granian`: the app in one worker process under granian's supervising process; a "
+        "server's CPU is counted over its whole process tree)."
+    )
+
+
+def granian_against_uvicorn(result: dict[str, Any], unit: str, pairs: list[tuple[str, str]]) -> list[str]:
+    """The rate on granian over that on uvicorn, from the same run: for each (requests, ratio label), at 1
+    and 8 clients."""
+    ratios = result.get("ratios", {})
+    parts = [
+        f"{what}{pct(ratios[f'{label}_1'])} at 1 client, {pct(ratios[f'{label}_8'])} at 8"
+        for what, label in pairs
+        if f"{label}_1" in ratios and f"{label}_8" in ratios
+    ]
+    if not parts:
+        return []
+    return [f"On granian / on uvicorn ({unit}): " + "; ".join(parts) + ".", ""]
 
 
 def group_pop_gain(result: dict[str, Any]) -> list[str]:
@@ -70,10 +101,19 @@ def section_push(result: dict[str, Any]) -> list[str]:
         "psycopg clients in autocommit. Both fire the same counter trigger and index updates. As a reference, "
         "the same INSERT behind the smallest ASGI app there is (`bench/minimal_asgi.py`'s `push_app`: it parses "
         "the same request body and runs the INSERT on an async psycopg connection, one per client, with no "
-        "admission, deduplication, fair tag, validation, routing or logging) under the same uvicorn.",
+        "admission, deduplication, fair tag, validation, routing or logging) under the same uvicorn."
+        + granian_method(result, "`HTTP push, granian` and `OpenKAT boefje push, granian`", "pushes"),
         "",
         *throughput_rows(result, "tasks/s", "raw INSERT"),
         *minimal_reference_lines(result.get("ratios", {}), "raw INSERT rate", "the INSERT"),
+        *granian_against_uvicorn(
+            result,
+            "tasks/s",
+            [
+                ("Baton's push ", "granian_to_uvicorn"),
+                ("OpenKAT's boefje push ", "openkat_boefje_granian_to_uvicorn"),
+            ],
+        ),
     ]
 
 

@@ -2,9 +2,10 @@
 dialects: Baton's (`POST /queues/{id}/push`, a distinct hash per task so none is deduplicated, an
 unbounded queue) and OpenKAT's as its web UI and runners send them (`POST /schedulers/{type}/push`,
 mula's body: a boefje job, whose task is written with its rescan schedule and run, and a normalizer
-job). Each HTTP series reads the server's CPU per push. As a reference, the same INSERT behind the
-smallest ASGI app there is (bench/minimal_asgi.py's `push_app`, same uvicorn, the same request body):
-how far any Python HTTP server gets here."""
+job). Baton's push and OpenKAT's boefje push also through a `baton serve` on granian
+(BATON_HTTP_SERVER=granian), beside the same on uvicorn. Each HTTP series reads the server's CPU per push.
+As a reference, the same INSERT behind the smallest ASGI app there is (bench/minimal_asgi.py's `push_app`,
+same uvicorn, the same request body): how far any Python HTTP server gets here."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ MINIMAL_INSERT_SQL = INSERT_SQL.replace("md5(random()::text || clock_timestamp()
 MINIMAL = "minimal ASGI app, same INSERT"
 OPENKAT_BOEFJE = "OpenKAT boefje push"
 OPENKAT_NORMALIZER = "OpenKAT normalizer push"
+GRANIAN = ", granian"  # the series' name on granian: `HTTP push, granian`, `OpenKAT boefje push, granian`
 # mula's body as rocky sends a manual boefje run (TaskPush): the task's id is the job's id.
 BOEFJE_BODY = (
     f'{{"id": "{{uuid}}", "scheduler_id": "boefje", "organisation": "{ORG}", "priority": 1, "data": {{"id": "{{uuid}}",'
@@ -95,6 +97,7 @@ def run(ctx: Context) -> dict[str, Any]:
     minimal_env = {"BENCH_INSERT_SQL": MINIMAL_INSERT_SQL}
     with (
         serve(ctx.database_url, log_dir=ctx.work_dir) as server,
+        serve(ctx.database_url, {"BATON_HTTP_SERVER": "granian"}, log_dir=ctx.work_dir) as granian,
         minimal_app(ctx.database_url, ctx.work_dir, "push_app", minimal_env) as minimal,
     ):
         pid = server.process.pid
@@ -109,6 +112,15 @@ def run(ctx: Context) -> dict[str, Any]:
             series[f"{OPENKAT_BOEFJE}|{count}"] = with_server_cpu(clients(boefje, count, ctx.duration), pid)
             normalizer = openkat_push(server.url, "normalizer", NORMALIZER_BODY)
             series[f"{OPENKAT_NORMALIZER}|{count}"] = with_server_cpu(clients(normalizer, count, ctx.duration), pid)
+            # The server's CPU: its worker's and its supervisor's (the process tree of `baton serve`).
+            on_granian = granian.process.pid
+            series[f"HTTP push{GRANIAN}|{count}"] = with_server_cpu(
+                clients(http_push(granian.url), count, ctx.duration), on_granian
+            )
+            boefje_on_granian = openkat_push(granian.url, "boefje", BOEFJE_BODY)
+            series[f"{OPENKAT_BOEFJE}{GRANIAN}|{count}"] = with_server_cpu(
+                clients(boefje_on_granian, count, ctx.duration), on_granian
+            )
             series[f"{MINIMAL}|{count}"] = clients(http_push(minimal), count, ctx.duration)
         measured = interleaved(series, ctx.rounds)
     return {
@@ -119,7 +131,15 @@ def run(ctx: Context) -> dict[str, Any]:
         | ratios_by_clients(measured, "minimal", MINIMAL, "raw INSERT", CLIENTS)
         | ratios_by_clients(measured, "baton_to_minimal", "HTTP push", MINIMAL, CLIENTS)
         | ratios_by_clients(measured, "openkat_boefje", OPENKAT_BOEFJE, "raw INSERT with schedule", CLIENTS)
-        | ratios_by_clients(measured, "openkat_normalizer", OPENKAT_NORMALIZER, "raw INSERT", CLIENTS),
+        | ratios_by_clients(measured, "openkat_normalizer", OPENKAT_NORMALIZER, "raw INSERT", CLIENTS)
+        | ratios_by_clients(measured, "granian", f"HTTP push{GRANIAN}", "raw INSERT", CLIENTS)
+        | ratios_by_clients(measured, "granian_to_uvicorn", f"HTTP push{GRANIAN}", "HTTP push", CLIENTS)
+        | ratios_by_clients(
+            measured, "openkat_boefje_granian", f"{OPENKAT_BOEFJE}{GRANIAN}", "raw INSERT with schedule", CLIENTS
+        )
+        | ratios_by_clients(
+            measured, "openkat_boefje_granian_to_uvicorn", f"{OPENKAT_BOEFJE}{GRANIAN}", OPENKAT_BOEFJE, CLIENTS
+        ),
         "server_cpu_ms_per_push": {
             name: summary["server_cpu_ms_per_op"]
             for name, summary in measured.items()

@@ -352,11 +352,14 @@ def build_app(settings: Settings, store: Store | None = None, services: Sequence
 
 
 def serve(settings: Settings, with_director: bool) -> None:
-    """The HTTP API (with BATON_WORKERS processes) and, optionally, a thread-runner director.
+    """The HTTP API (on BATON_HTTP_SERVER, with BATON_WORKERS processes) and, optionally, a thread-runner
+    director.
 
-    With several workers the director runs once, in this supervising process, not in each worker.
+    Where the server runs the app in this process, the director starts and stops with the app; where it
+    serves from worker processes (several workers, or granian), the director runs once, in this
+    supervising process, not in each worker, and stops after the server has stopped.
     """
-    import uvicorn
+    from baton import http_server
 
     store = prepare_store(settings)
     if not settings.auth_required:
@@ -366,31 +369,25 @@ def serve(settings: Settings, with_director: bool) -> None:
             hint="set BATON_AUTH=on, or listen on a non-loopback address, to require tokens",
         )
     services = director_services(store, settings, RunnerKind.thread) if with_director else []
-    options: dict[str, Any] = {
-        "host": settings.host,
-        "port": settings.port,
-        "log_level": settings.log_level.lower(),
-        "log_config": None,  # our handlers (core/logging.py): one format for every line
-        "access_log": False,  # Baton logs one structured line per request itself
-    }
-    if settings.workers == 1:
+    if http_server.serves_in_process(settings):
         app = build_app(settings, store, services)
         settle_garbage_collector()
-        uvicorn.run(app, **options)
+        http_server.run_app(settings, app)
         return
     for service in services:
         service.start_in_background()
     try:
         # Each worker process builds its own app from the environment (the same settings).
         os.environ["BATON_DATABASE_URL"] = settings.database_url
-        uvicorn.run("baton.runtime:worker_app", factory=True, workers=settings.workers, **options)
+        http_server.run_workers(settings)
     finally:
         for service in reversed(services):
             service.stop()
 
 
 def worker_app() -> Any:
-    """The app of one API worker process (`BATON_WORKERS` > 1): settings from the environment."""
+    """The app of one API worker process (`http_server.WORKER_APP`: BATON_WORKERS > 1, or granian):
+    settings from the environment."""
     from baton.core.logging import configure_logging
 
     settings = Settings()

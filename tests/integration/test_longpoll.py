@@ -36,6 +36,8 @@ QUEUE = "boefje-acme"
 # Only a wake-up answers: nobody looks again on a timer (SQLite's file watcher included).
 NO_RECHECK = {"BATON_POP_RECHECK_SECONDS": "60", "BATON_POP_MAX_WAIT_SECONDS": str(LONG)}
 QUICK_RECHECK = {"BATON_POP_RECHECK_SECONDS": "0.1", "BATON_POP_MAX_WAIT_SECONDS": str(LONG)}
+# BATON_HTTP_SERVER: what the app learns of a client and a signal through ASGI is each server's to tell.
+HTTP_SERVERS = ["uvicorn", "granian"]
 
 
 @pytest.fixture
@@ -71,9 +73,10 @@ def answer(future: Future[httpx.Response]) -> Any:
     return response.json()
 
 
-@pytest.fixture
-def server(acme: Store) -> Iterator[str]:
-    with api_replicas(acme.url, 1, NO_RECHECK) as urls:
+@pytest.fixture(params=HTTP_SERVERS)
+def server(acme: Store, request: pytest.FixtureRequest) -> Iterator[str]:
+    """One `baton serve` on each HTTP server it can run on."""
+    with api_replicas(acme.url, 1, {**NO_RECHECK, "BATON_HTTP_SERVER": request.param}) as urls:
         yield urls[0]
 
 
@@ -180,12 +183,12 @@ def test_waiters_beyond_the_limit_get_429_unless_a_task_is_queued(acme: Store) -
         assert answer(holding)["id"] == pushed["id"]
 
 
-def test_a_client_that_hangs_up_releases_its_waiter(server: str, acme: Store) -> None:
+@pytest.mark.parametrize("path", [f"/queues/{QUEUE}/pop", "/schedulers/boefje/pop"], ids=["baton", "openkat"])
+def test_a_client_that_hangs_up_releases_its_waiter(server: str, acme: Store, path: str) -> None:
+    """The server tells the app of the hang-up (ASGI's `http.disconnect`), and the pop stops waiting."""
     host, port = server.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port))) as client:
-        client.sendall(
-            f"POST /queues/{QUEUE}/pop?wait={LONG} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode()
-        )
+        client.sendall(f"POST {path}?wait={LONG} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
         await_waiters(server, 1)
     await_waiters(server, 0)
     pushed = push(acme, QUEUE, data={"n": 1})
@@ -236,9 +239,16 @@ def test_a_server_listens_only_while_pops_wait(pg_store: Store) -> None:
         assert wait_until(lambda: listening(pg_store) == 0, timeout=SETTLE)  # closed when idle
 
 
-def test_a_stopping_server_answers_its_waiting_pops_at_once(acme: Store) -> None:
+@pytest.mark.parametrize("http_server", HTTP_SERVERS)
+def test_a_stopping_server_answers_its_waiting_pops_at_once(acme: Store, http_server: str) -> None:
     port = free_port()
-    env = {**os.environ, **NO_RECHECK, "BATON_DATABASE_URL": acme.url, "BATON_LOG_LEVEL": "warning"}
+    env = {
+        **os.environ,
+        **NO_RECHECK,
+        "BATON_DATABASE_URL": acme.url,
+        "BATON_LOG_LEVEL": "warning",
+        "BATON_HTTP_SERVER": http_server,
+    }
     process = subprocess.Popen(
         [sys.executable, "-m", "baton", "serve", "--no-director", "--port", str(port)],
         env=env,

@@ -75,6 +75,29 @@ def test_a_bad_setting_names_the_variable_not_the_field(tmp_path: Path) -> None:
     assert_one_line(result, "BATON_PORT", "valid integer", "'abc'")
 
 
+@pytest.mark.parametrize("value", ["hypercorn", "Granian", ""])
+def test_an_unknown_http_server_is_refused_naming_the_variable(tmp_path: Path, value: str) -> None:
+    result = baton("serve", env={"BATON_HTTP_SERVER": value, "BATON_DATABASE_URL": f"sqlite:///{tmp_path}/b.db"})
+    assert_one_line(result, "BATON_HTTP_SERVER", "'uvicorn' or 'granian'", f"(got {value!r})")
+    assert not (tmp_path / "b.db").exists()  # refused before anything was opened
+
+
+def test_a_port_in_use_on_granian_names_the_setting(tmp_path: Path) -> None:
+    """granian's Rust error (with a backtrace under RUST_BACKTRACE=1) becomes the command line's one line."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {
+            "BATON_HTTP_SERVER": "granian",
+            "BATON_DATABASE_URL": f"sqlite:///{tmp_path}/b.db",
+            "BATON_LOG_LEVEL": "error",
+            "RUST_BACKTRACE": "1",
+        }
+        result = baton("serve", "--no-director", "--port", str(port), env=env)
+    assert_one_line(result, "cannot listen: Address already in use", "BATON_PORT")
+
+
 def test_kubernetes_runner_without_cluster_or_kubeconfig(tmp_path: Path) -> None:
     env = {
         "BATON_DATABASE_URL": f"sqlite:///{tmp_path}/b.db",

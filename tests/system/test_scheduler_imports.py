@@ -31,6 +31,7 @@ NOT_IN_A_SCHEDULER = frozenset(
         "fastapi",
         "starlette",
         "uvicorn",
+        "granian",
         "httpx",
         "jinja2",
         "prometheus_client",
@@ -47,7 +48,7 @@ NOT_IN_A_SCHEDULER = frozenset(
     }
 )
 # Baton's layers that a scheduler never calls: its process holds ingest, storage and core only.
-BATON_LAYERS_NOT_IN_A_SCHEDULER = ("baton.api", "baton.ui", "baton.service", "baton.control")
+BATON_LAYERS_NOT_IN_A_SCHEDULER = ("baton.api", "baton.ui", "baton.service", "baton.control", "baton.http_server")
 
 
 # `python -c DRIVER <baton arguments>`: what `python -m baton <baton arguments>` does, and on exit

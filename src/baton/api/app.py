@@ -4,6 +4,7 @@ serves any queue."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -23,8 +24,11 @@ from baton.api.errors import install_error_handlers
 from baton.api.longpoll import document_wait_maximum
 from baton.api.middleware import RequestContextMiddleware
 from baton.api.schemas import IGNORES_UNKNOWN_QUERY_PARAMETERS, ErrorOut
+from baton.core.logging import get_logger
 from baton.service.app_services import AppServices
 from baton.ui.router import status_router
+
+log = get_logger("baton.api")
 
 
 class Service(Protocol):
@@ -75,9 +79,10 @@ def on_stop_signals(action: Callable[[], None]) -> Callable[[], None]:
     """Run `action` on the event loop when SIGTERM or SIGINT arrives, after the server's own handler.
 
     uvicorn lets open requests finish before it runs the lifespan's shutdown: a pop waiting for a task
-    would hold a stop for up to its `wait`. So the app hears the signal too, and ends the waits at once.
-    Returns the function that puts the server's handlers back. Only in the main thread (where uvicorn
-    handles signals; an app served from another thread, as in tests, is stopped by its lifespan)."""
+    would hold a stop for up to its `wait`. So the app hears the signal too, and ends the waits at once
+    (granian's workers too: their loop's handler is chained as uvicorn's is). Returns the function that
+    puts the server's handlers back. Only in the main thread (where the server handles signals; an app
+    served from another thread, as in tests, is stopped by its lifespan)."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     loop = asyncio.get_running_loop()
@@ -164,6 +169,8 @@ def create_app(built: AppServices, services: Sequence[Service] = ()) -> FastAPI:
         restore_signals = on_stop_signals(app.state.queues.stop_waiting)
         for service in services:
             service.start_in_background()
+        # Whichever server runs the app (http_server.py), these two lines say its lifespan ran.
+        log.info("api started", pid=os.getpid())
         try:
             yield
         finally:
@@ -171,6 +178,7 @@ def create_app(built: AppServices, services: Sequence[Service] = ()) -> FastAPI:
             for service in services:
                 await asyncio.to_thread(service.stop)
             await app.state.queues.close()
+            log.info("api stopped", pid=os.getpid())
 
     app = FastAPI(
         lifespan=lifespan,

@@ -330,6 +330,11 @@ class Settings(BaseSettings):
     workers: int = Field(
         1, ge=1, le=64, description="API processes of one `baton serve` (its director runs once, in the parent)."
     )
+    http_server: Literal["uvicorn", "granian"] = Field(
+        "uvicorn",
+        description="The HTTP server `baton serve` runs the API on: `uvicorn`, or `granian` (Rust; its API "
+        "processes are always children of `baton serve`, which runs the director, even with BATON_WORKERS=1).",
+    )
     scheduler_threads: int = Field(
         8,
         ge=1,
