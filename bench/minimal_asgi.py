@@ -9,6 +9,10 @@ request handling costs.
 
 Run: BATON_DATABASE_URL=sqlite:///... BENCH_QUEUE=... uvicorn bench.minimal_asgi:app
 
+`pop_app` is the same on PostgreSQL with Baton's own pop statement (BENCH_POP_SQL, the raw-SQL baseline's,
+with its parameters in BENCH_POP_PARAMS) on an async psycopg connection in autocommit, one per client:
+the hot path's reference for what a pop costs any Python HTTP server.
+
 `push_app` is the same for a push: it parses the JSON body and runs the push scenario's raw INSERT
 with the body's hash, priority and data (BENCH_INSERT_SQL) on an async psycopg connection in
 autocommit, one of as many as there are clients (concurrent pushes overlap on the database), and
@@ -89,6 +93,25 @@ async def push_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": answer})
 
 
+async def pop_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        await lifespan(receive, send)
+        return
+    await body_of(receive)
+    if scope["path"] == "/ready":
+        answer = b"true"
+    else:
+        params = {**orjson.loads(os.environ["BENCH_POP_PARAMS"]), "now_": utcnow()}
+        async with (await push_pool()).connection() as conn:
+            cursor = await conn.execute(POP_SQL, params)
+            row = await cursor.fetchone()
+            names = [column.name for column in cursor.description or ()]
+        answer = orjson.dumps(dict(zip(names, row, strict=True)) if row else None, default=str)
+    await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+    await send({"type": "http.response.body", "body": answer})
+
+
+POP_SQL = os.environ.get("BENCH_POP_SQL", "")
 INSERT_SQL = os.environ.get("BENCH_INSERT_SQL", "")
 PUSH_CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "8"))
 _pool: AsyncConnectionPool | None = None

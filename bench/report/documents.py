@@ -31,6 +31,7 @@ from bench.report.throughput import (
     section_ingest,
     section_push,
     section_sqlite,
+    section_startup,
 )
 
 BENCH = Path(__file__).resolve().parent.parent
@@ -43,6 +44,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "hot_path": section_hot_path,
     "push": section_push,
     "before_after": section_before_after,
+    "startup": section_startup,
     "batched": section_batched,
     "ingest": section_ingest,
     "depth": section_depth,

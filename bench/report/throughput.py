@@ -270,3 +270,30 @@ def section_before_after(result: dict[str, Any]) -> list[str]:
         "",
         *table(header, rows, "lrrrrrr"),
     ]
+
+
+def section_startup(result: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            name,
+            num(found["health_median_s"], 2),
+            num(found["health_max_s"], 2),
+            num(found["pop_median_s"], 2),
+            num(found["pop_max_s"], 2),
+        ]
+        for name, found in result["series"].items()
+    ]
+    return [
+        "## A replica's start: from its process to its first answers",
+        "",
+        measured_on(result),
+        "",
+        f"`baton serve --no-director` started {result['starts_per_series']} times per series on a migrated "
+        "database, the time from starting the process to its first 200 on `/health` and to its first answered "
+        f"pop; idle, and loaded: while {result['load_clients']} clients pop from another `baton serve` on the "
+        f"same database (load average {result.get('load_average_loaded', float('nan')):.1f} at their end). The floor: "
+        "the smallest ASGI app (bench/minimal_asgi.py's `pop_app`: the interpreter, uvicorn and psycopg, "
+        "nothing of Baton's) started and asked the same way.",
+        "",
+        *table(["series", "/health median s", "max s", "first pop median s", "max s"], rows, "lrrrr"),
+    ]

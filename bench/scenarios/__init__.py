@@ -12,6 +12,7 @@ NAMES = (
     "hot_path",
     "push",
     "before_after",
+    "startup",
     "batched",
     "ingest",
     "depth",

@@ -216,7 +216,14 @@ def serve(
 @contextmanager
 def minimal_app(url: str, log_dir: Path, app: str = "app", env: dict[str, str] | None = None) -> Iterator[str]:
     """bench/minimal_asgi.py's `app` (or another of its apps) under uvicorn, as `baton serve` runs
-    (one process, no access log)."""
+    (one process, no access log): its URL."""
+    with minimal_server(url, log_dir, app, env) as server:
+        yield server.url
+
+
+@contextmanager
+def minimal_server(url: str, log_dir: Path, app: str = "app", env: dict[str, str] | None = None) -> Iterator[Server]:
+    """`minimal_app`, with its process (to read its CPU)."""
     port = free_port()
     environment = {**os.environ, "BATON_DATABASE_URL": url, "BENCH_QUEUE": QUEUE, "BENCH_ORG": ORG, **(env or {})}
     command = [sys.executable, "-m", "uvicorn", f"bench.minimal_asgi:{app}", "--port", str(port)]
@@ -230,7 +237,7 @@ def minimal_app(url: str, log_dir: Path, app: str = "app", env: dict[str, str] |
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready([base])
-        yield base
+        yield Server(base, process, log_dir / f"minimal-{port}.log")
     finally:
         stop_processes([process])
 

@@ -6,14 +6,18 @@ statement), to show what the group pop gains."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from bench.scenarios.common import (
+    QUEUE,
     Context,
     bench_queue,
     clients,
     http_pop,
     interleaved,
+    minimal_server,
+    pop_statement,
     ratios_by_clients,
     rows_against,
     serve,
@@ -22,6 +26,7 @@ from bench.scenarios.common import (
 )
 
 CLIENTS = (1, 8)
+MINIMAL = "minimal ASGI app, same pop"
 UVICORN = "HTTP, 1 process"
 GRANIAN = "HTTP, granian"
 
@@ -29,7 +34,14 @@ GRANIAN = "HTTP, granian"
 def run(ctx: Context) -> dict[str, Any]:
     queued = ctx.size(300_000, 60_000)
     bench_queue(ctx, queued)
+    sql, defaults = pop_statement()
+    minimal_env = {
+        "BENCH_POP_SQL": sql,
+        "BENCH_POP_PARAMS": json.dumps({**defaults, "limit_": 1, "queue_": QUEUE}),
+        "BENCH_CONNECTIONS": str(max(CLIENTS)),
+    }
     with (
+        minimal_server(ctx.database_url, ctx.work_dir, "pop_app", minimal_env) as minimal,
         serve(ctx.database_url, log_dir=ctx.work_dir) as one,
         serve(ctx.database_url, {"BATON_HTTP_SERVER": "granian"}, log_dir=ctx.work_dir) as granian,
         serve(ctx.database_url, {"BATON_WORKERS": "2"}, log_dir=ctx.work_dir) as two,
@@ -45,6 +57,9 @@ def run(ctx: Context) -> dict[str, Any]:
             series[f"{GRANIAN}|{count}"] = with_server_cpu(
                 clients(http_pop(granian.url), count, ctx.duration), granian.process.pid
             )
+            series[f"{MINIMAL}|{count}"] = with_server_cpu(
+                clients(http_pop(minimal.url), count, ctx.duration), minimal.process.pid
+            )
             series[f"HTTP, BATON_WORKERS=2|{count}"] = clients(http_pop(two.url), count, ctx.duration)
             series[f"HTTP, BATON_GROUP_POPS=false|{count}"] = clients(http_pop(ungrouped.url), count, ctx.duration)
         measured = interleaved(series, ctx.rounds)
@@ -56,6 +71,8 @@ def run(ctx: Context) -> dict[str, Any]:
         "ratios": ratios_by_clients(measured, "http", UVICORN, "raw SQL", CLIENTS)
         | ratios_by_clients(measured, "granian", GRANIAN, "raw SQL", CLIENTS)
         | ratios_by_clients(measured, "granian_to_uvicorn", GRANIAN, UVICORN, CLIENTS)
+        | ratios_by_clients(measured, "minimal", MINIMAL, "raw SQL", CLIENTS)
+        | ratios_by_clients(measured, "baton_to_minimal", UVICORN, MINIMAL, CLIENTS)
         | ratios_by_clients(measured, "workers2", "HTTP, BATON_WORKERS=2", "raw SQL", CLIENTS)
         | ratios_by_clients(measured, "ungrouped", "HTTP, BATON_GROUP_POPS=false", "raw SQL", CLIENTS),
         "server_cpu_ms_per_pop": {

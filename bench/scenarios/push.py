@@ -20,7 +20,7 @@ from bench.scenarios.common import (
     bench_queue,
     clients,
     interleaved,
-    minimal_app,
+    minimal_server,
     ratios_by_clients,
     rows_against,
     serve,
@@ -98,7 +98,7 @@ def run(ctx: Context) -> dict[str, Any]:
     with (
         serve(ctx.database_url, log_dir=ctx.work_dir) as server,
         serve(ctx.database_url, {"BATON_HTTP_SERVER": "granian"}, log_dir=ctx.work_dir) as granian,
-        minimal_app(ctx.database_url, ctx.work_dir, "push_app", minimal_env) as minimal,
+        minimal_server(ctx.database_url, ctx.work_dir, "push_app", minimal_env) as minimal,
     ):
         pid = server.process.pid
         series = {}
@@ -121,7 +121,9 @@ def run(ctx: Context) -> dict[str, Any]:
             series[f"{OPENKAT_BOEFJE}{GRANIAN}|{count}"] = with_server_cpu(
                 clients(boefje_on_granian, count, ctx.duration), on_granian
             )
-            series[f"{MINIMAL}|{count}"] = clients(http_push(minimal), count, ctx.duration)
+            series[f"{MINIMAL}|{count}"] = with_server_cpu(
+                clients(http_push(minimal.url), count, ctx.duration), minimal.process.pid
+            )
         measured = interleaved(series, ctx.rounds)
     return {
         "duration_s": ctx.duration,
