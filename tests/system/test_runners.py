@@ -275,8 +275,11 @@ def test_process_director_restart_adopts_nothing_twice(store: Store) -> None:
     add_org(store, "acme")
     env = {
         "BATON_DATABASE_URL": store.url,
-        "BATON_LEASE_SECONDS": "5",
-        "BATON_RENEW_DEADLINE_SECONDS": "4",
+        # Short enough that the killed director's leases run out soon; long enough that a leader on a
+        # loaded machine (the suite's other workers starting processes) does not miss its renew
+        # deadline and step down, stopping its children (4 s did, once, with six pytest workers).
+        "BATON_LEASE_SECONDS": "10",
+        "BATON_RENEW_DEADLINE_SECONDS": "8",
         "BATON_RETRY_PERIOD_SECONDS": "1",
     }
     director = run_cli("director", "--runner", "process", env_extra=env)
