@@ -164,7 +164,7 @@ def reset(ctx: Context) -> None:
     with connect(ctx) as conn:
         conn.execute("UPDATE schedulers SET owner = NULL, lease_expires_at = NULL, state = 'stopped'")
         conn.execute("DELETE FROM workers")
-        conn.execute("TRUNCATE tasks, events, boefje_runs, queue_counters")
+        conn.execute("TRUNCATE tasks, events, boefje_runs, queue_counters CASCADE")  # and what refers to tasks
         conn.execute("VACUUM ANALYZE schedulers")
 
 

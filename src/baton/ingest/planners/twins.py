@@ -10,7 +10,7 @@ transaction:
   organisations sharing the settings, read once per boefje per poll (BATON_KATALOGUS_POLL_SECONDS) and
   kept, not once per task;
 - Octopoes `GET /object-clients?reference&clients&valid_time`, only when there are such organisations:
-  which of them hold the object, at what scan level.
+  which of them hold the object, at what scan level; one object per call, so several calls at a time.
 Then, in one fenced transaction, the same maker makes each twin (core/deduplication.py's rules): claimed
 for its organisation's grace period and pushed into its organisation's queue with the original's priority;
 the original, if still queued, gets its own id as key; the notes looked at are removed. A twin whose
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 PER_TURN = 500  # noted tasks looked at per turn: a backfill's hundred thousand a turn at a time
+CONCURRENT_CHECKS = 8  # Octopoes questions in flight at once, from one scheduler's turn
 SKIPPED = (NotFoundError, QueueDisabledError, QueueFullError)
 
 
@@ -62,7 +64,10 @@ class TwinPlanner:
             batch = pending_twin_checks(session, self.planning.organisation, PER_TURN)
         if not batch:
             return 0
-        plans = [(made, twins) for made in batch if made.data is not None and (twins := self._twins_of(made, now))]
+        eligible = [made for made in batch if made.data is not None]
+        plans = [
+            (made, twins) for made, twins in zip(eligible, self._all_twins_of(eligible, now), strict=True) if twins
+        ]
         looked_at = [made.task_id for made in batch]
         try:
             self._ask_bytes(plans, now)
@@ -98,8 +103,17 @@ class TwinPlanner:
             if unknown is not None:
                 last_runs.learn(unknown, now)
 
-    def _twins_of(self, made: PendingTwinCheck, now: datetime) -> list[str]:
-        others = self._others(made.boefje_id, now)
+    def _all_twins_of(self, batch: Sequence[PendingTwinCheck], now: datetime) -> list[list[str]]:
+        """Each noted task's twin organisations, in order. KATalogus is asked once per boefje first; then
+        Octopoes, which answers one object per call, up to CONCURRENT_CHECKS calls at a time (one after
+        another, a rescan round of a boefje every organisation shares waited out a round trip per task)."""
+        others = {boefje_id: self._others(boefje_id, now) for boefje_id in {made.boefje_id for made in batch}}
+        if len(batch) <= 1:
+            return [self._twins_of(made, others[made.boefje_id], now) for made in batch]
+        with ThreadPoolExecutor(min(CONCURRENT_CHECKS, len(batch)), thread_name_prefix="twin-check") as pool:
+            return list(pool.map(lambda made: self._twins_of(made, others[made.boefje_id], now), batch))
+
+    def _twins_of(self, made: PendingTwinCheck, others: list[str], now: datetime) -> list[str]:
         octopoes = self.links.octopoes
         if not others or octopoes is None:
             return []
