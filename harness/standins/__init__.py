@@ -7,11 +7,21 @@ format for the calls Baton makes, with state a test drives, injected faults and 
         ... server.url ...
         katalogus.faults.status = 500               # every call answers 500
         server.down()                               # connections refused, until server.up()
+        katalogus.holds.hold("GET /v1/configs")     # its calls wait, until katalogus.holds.release()
 """
 
 from harness.standins.bytes import BytesStandin
-from harness.standins.common import Calls, Faults, Standin, StandinServer
+from harness.standins.common import Calls, Faults, Holds, Standin, StandinServer
 from harness.standins.katalogus import KatalogusStandin
 from harness.standins.octopoes import OctopoesStandin
 
-__all__ = ["BytesStandin", "Calls", "Faults", "KatalogusStandin", "OctopoesStandin", "Standin", "StandinServer"]
+__all__ = [
+    "BytesStandin",
+    "Calls",
+    "Faults",
+    "Holds",
+    "KatalogusStandin",
+    "OctopoesStandin",
+    "Standin",
+    "StandinServer",
+]

@@ -1,6 +1,6 @@
 """What every stand-in has: faults the test injects (an error status, added latency), a counter of calls
-per endpoint, and a server on a free loopback port in a thread that can go down (connections refused)
-and come back on the same port."""
+per endpoint, endpoints held (their calls wait until the test releases them), and a server on a free
+loopback port in a thread that can go down (connections refused) and come back on the same port."""
 
 from __future__ import annotations
 
@@ -53,18 +53,71 @@ class Calls:
             self._counts.clear()
 
 
+class Holds:
+    """Endpoints (keyed as Calls keys them) whose calls, once received, wait until the test releases
+    them: a client caught inside a call at the moment the test chooses (to kill its process there, say).
+
+        standin.holds.hold("GET /object-clients")
+        wait_until(lambda: standin.holds.waiting("GET /object-clients") == 1)   # the client is inside it
+        ...
+        standin.holds.release()                                            # every held call goes on
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._gates: dict[str, threading.Event] = {}
+        self._waiting: Counter[str] = Counter()
+
+    def hold(self, endpoint: str) -> None:
+        with self._lock:
+            self._gates.setdefault(endpoint, threading.Event())
+
+    def release(self, endpoint: str | None = None) -> None:
+        """Let the held calls of `endpoint` (of every endpoint: None) go on, and later ones pass."""
+        with self._lock:
+            endpoints = list(self._gates) if endpoint is None else [endpoint]
+            for name in endpoints:
+                gate = self._gates.pop(name, None)
+                if gate is not None:
+                    gate.set()
+
+    def waiting(self, endpoint: str) -> int:
+        """Calls of `endpoint` waiting now."""
+        with self._lock:
+            return self._waiting[endpoint]
+
+    async def wait_if_held(self, endpoint: str) -> None:
+        """Returns at once unless `endpoint` is held; then when it is released. Polls the gate (rather
+        than blocking a thread on it) so that a server going down is never kept up by a held call."""
+        with self._lock:
+            gate = self._gates.get(endpoint)
+            if gate is None:
+                return
+            self._waiting[endpoint] += 1
+        try:
+            while not gate.is_set():
+                await asyncio.sleep(0.01)
+        finally:
+            with self._lock:
+                self._waiting[endpoint] -= 1
+
+
 class Standin:
-    """A FastAPI app whose every route first counts the call and applies the injected faults."""
+    """A FastAPI app whose every route first counts the call, waits while its endpoint is held and
+    applies the injected faults."""
 
     def __init__(self, title: str) -> None:
         self.lock = threading.RLock()  # the state, shared by the test's thread and the server's
         self.faults = Faults()
         self.calls = Calls()
+        self.holds = Holds()
         self.app = FastAPI(title=title, dependencies=[Depends(self._gate)])
 
     async def _gate(self, request: Request) -> None:
         route = request.scope.get("route")
-        self.calls.hit(f"{request.method} {getattr(route, 'path', request.url.path)}")
+        endpoint = f"{request.method} {getattr(route, 'path', request.url.path)}"
+        self.calls.hit(endpoint)
+        await self.holds.wait_if_held(endpoint)
         if self.faults.latency_ms > 0:
             await asyncio.sleep(self.faults.latency_ms / 1000)
         if self.faults.status is not None:

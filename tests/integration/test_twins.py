@@ -13,7 +13,10 @@ import pytest
 from fastapi.testclient import TestClient
 from structlog.testing import capture_logs
 
+from baton.core.model import SchedulerSpec, SchedulerType
 from baton.core.settings import Settings
+from baton.ingest.events import DatabaseInbox
+from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.runtime import build_app
 from baton.storage.control.organisations import create_organisation
 from tests.katalogus_world import World, give_up, octopoes_mutation, queued, run_until_idle, world
@@ -114,6 +117,40 @@ def test_twins_awaiting_their_check_survive_a_restart(world: World) -> None:
     assert twin.data["deduplication_key"] == str(original.id) and twin.data["input_ooi"] == SHARED
     [original] = queued(world.store, "boefje-acme")
     assert original.data["deduplication_key"] == str(original.id)
+
+
+def announced_boefjes(world: World) -> BoefjeScheduler:
+    """acme's boefje scheduler reading its inbox in the database, as a process's does: its process's looks
+    announce its events, so it takes a first turn only for work they do not announce."""
+    context = world.context()
+    context.source_factory = lambda spec: DatabaseInbox(spec.id)
+    scheduler = BoefjeScheduler(SchedulerSpec("acme", SchedulerType.BOEFJE), context)
+    scheduler.setup()
+    return scheduler
+
+
+def test_a_scheduler_starting_with_left_over_twin_checks_or_backfills_takes_a_first_turn(world: World) -> None:
+    """Work a killed owner left in the database (a check, a backfill) is announced by no look of the
+    process (events and due schedules are): the next scheduler finds it and takes a first turn."""
+    estate(world)
+    first = world.boefjes()
+    world.katalogus.set_enabled("acme", "dns-records", False)
+    run_until_idle(first)
+    assert announced_boefjes(world).first_tick_delay() > 3600  # nothing left: woken when input comes
+    world.katalogus.set_enabled("acme", "dns-records", True)
+    world.poll_passes()
+    first.catalogue_sync.run(world.clock.now)  # enabled now: its backfill started, not run
+    poll = world.context().settings.timing.poll_interval_seconds
+    assert announced_boefjes(world).first_tick_delay() <= poll
+    first.backfiller.pending = True  # as the tick that ran the sync sets it
+    while first.backfiller.step(world.clock.now):  # acme's task of SHARED made and noted for its twin check
+        pass
+    assert len(queued(world.store, "boefje-acme")) == 1 and queued(world.store, "boefje-beta") == []
+    assert announced_boefjes(world).first_tick_delay() <= poll
+    give_up(first)
+    run_until_idle(world.boefjes())  # the twin made
+    assert len(queued(world.store, "boefje-beta")) == 1
+    assert announced_boefjes(world).first_tick_delay() > 3600
 
 
 def test_a_twin_that_ran_within_the_grace_period_is_not_made_again(world: World) -> None:

@@ -327,10 +327,22 @@ class Scheduler(ABC):
         first round): their first ticks are spread over one poll interval, so the ones started first
         do not hold the interpreter and the pool while the rest are still being started. One whose
         inputs are announced takes no first tick: its process's next look (within a poll interval)
-        wakes it if input waits."""
-        if self.inputs_announced():
+        wakes it if input waits; unless a previous owner left work in the database that no look
+        announces (`left_over_work`)."""
+        if self.inputs_announced() and not self._finds_left_over_work():
             return self._next_turn_in(self.idle_pause())
         return self._next_turn_in(random.uniform(0, self.settings.timing.poll_interval_seconds))
+
+    def left_over_work(self) -> bool:
+        """Whether work noted in the database that its process's looks do not announce (events and due
+        schedules they do) waits for this scheduler: left by a previous owner that died. No by default."""
+        return False
+
+    def _finds_left_over_work(self) -> bool:
+        try:
+            return self.left_over_work()
+        except DatabaseUnavailableError:  # the first turn will find out (and back off)
+            return True
 
     def _give_up(self, claim: Claim, state: SchedulerState) -> None:
         self.state = state

@@ -25,6 +25,8 @@ from baton.ingest.planners.twins import TwinPlanner, deduplicates
 from baton.ingest.scheduler import SchedulerContext
 from baton.storage.control.scheduler_leases import Claim
 from baton.storage.engine import Session
+from baton.storage.queues.twin_checks import has_twin_checks
+from baton.storage.scheduling.backfills import next_backfill
 from baton.storage.tables import Plugin
 
 
@@ -77,6 +79,18 @@ class BoefjeScheduler(EventDrivenScheduler):
             return with_last_runs(self.last_runs, now, lambda: self.handle_events(now))
         except OutsideServiceError:  # logged once per outage by Bytes' client
             return 0
+
+    def left_over_work(self) -> bool:
+        """Twin checks and backfills a previous owner left unfinished (killed in the middle, say): no
+        event or schedule announces them, so without a first turn they would wait for the organisation's
+        next event."""
+        if self.twins is None and self.backfiller is None:
+            return False
+        organisation = self.spec.organisation
+        with self.planning.read() as session:
+            if self.twins is not None and has_twin_checks(session, organisation):
+                return True
+            return self.backfiller is not None and next_backfill(session, organisation) is not None
 
     def caught_up(self) -> bool:
         """Its events drained, and its planners (backfill, twins, rescans) found nothing to do: they

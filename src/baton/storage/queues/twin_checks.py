@@ -73,6 +73,12 @@ def pending_twin_checks(session: Session, organisation: str, limit: int) -> list
     return [PendingTwinCheck(*row) for row in rows]
 
 
+def has_twin_checks(session: Session, organisation: str) -> bool:
+    """Whether any task of the organisation awaits its twin check."""
+    found = session.scalar(select(TwinCheck.task_id).where(TwinCheck.organisation == organisation).limit(1))
+    return found is not None
+
+
 def drop_twin_checks(session: Session, task_ids: Collection[uuid.UUID]) -> None:
     if task_ids:
         session.execute(delete(TwinCheck).where(TwinCheck.task_id.in_(sorted(task_ids))))
