@@ -6,6 +6,7 @@ together. A failing KATalogus or Octopoes leaves the original task made, and is 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from baton.ingest.events import DatabaseInbox
 from baton.ingest.planners.boefje import BoefjeScheduler
 from baton.runtime import build_app
 from baton.storage.control.organisations import create_organisation
+from harness.waiting import wait_until
 from tests.katalogus_world import World, give_up, octopoes_mutation, queued, run_until_idle, world
 
 __all__ = ["world"]  # the fixture
@@ -151,6 +153,38 @@ def test_a_scheduler_starting_with_left_over_twin_checks_or_backfills_takes_a_fi
     run_until_idle(world.boefjes())  # the twin made
     assert len(queued(world.store, "boefje-beta")) == 1
     assert announced_boefjes(world).first_tick_delay() > 3600
+
+
+def test_octopoes_is_asked_about_several_objects_at_a_time(world: World) -> None:
+    """Octopoes answers one object per `GET /object-clients`: a turn's twin checks ask it about several
+    objects at once, not one after another (a rescan round of a boefje every organisation shares
+    waited out a round trip per task), and each check's answer still makes its own twins."""
+    estate(world)
+    shared = [f"Hostname|internet|shared-{n}.example" for n in range(3)]
+    for reference in shared:
+        world.octopoes.add_object("acme", reference, level=2)
+        world.octopoes.add_object("beta", reference, level=3)
+    scheduler = world.boefjes()
+    world.katalogus.set_enabled("acme", "dns-records", False)
+    run_until_idle(scheduler)  # the catalogue, without a backfill of acme's objects
+    world.katalogus.set_enabled("acme", "dns-records", True)
+    world.poll_passes()
+    scheduler.catalogue_sync.run(world.clock.now)
+    world.put("boefje-acme", *(octopoes_mutation("acme", reference, 2) for reference in shared))
+    assert scheduler.handle_events(world.clock.now) == 3  # three tasks, their twin checks noted
+    assert scheduler.twins is not None
+    world.octopoes.holds.hold(CLIENTS_CALL)
+    step = threading.Thread(target=scheduler.twins.step, args=(world.clock.now,))
+    step.start()
+    try:
+        assert wait_until(lambda: world.octopoes.holds.waiting(CLIENTS_CALL) == 3, 30), "asked one at a time"
+    finally:
+        world.octopoes.holds.release()
+        step.join(30)
+    twins = queued(world.store, "boefje-beta")
+    assert sorted(twin.data["input_ooi"] for twin in twins) == shared
+    originals = {str(task.id): task.data["input_ooi"] for task in queued(world.store, "boefje-acme")}
+    assert {originals[twin.data["deduplication_key"]] for twin in twins} == set(shared)  # each its own original
 
 
 def test_a_twin_that_ran_within_the_grace_period_is_not_made_again(world: World) -> None:
