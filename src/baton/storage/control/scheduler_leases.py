@@ -241,12 +241,14 @@ def release_claims(session: Session, claims: Sequence[Claim], state: str) -> int
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-def revoke_retired_claims(session: Session) -> int:
-    """Take the schedulers of retired organisations from whoever holds them (their term grows and their
-    owner goes, as `revoke_claims` does): a worker learns it at its next renewal and stops them; nobody
-    claims them again while their organisation is retired (`_claimable`). Rows a transaction holds
-    locked are left for the next round."""
-    condition = and_(Scheduler.owner.is_not(None), Scheduler.organisation.in_(_retired_organisations()))
+def revoke_retired_claims(session: Session, retired: Sequence[str]) -> int:
+    """Take the schedulers of these retired organisations from whoever holds them (their term grows and
+    their owner goes, as `revoke_claims` does): a worker learns it at its next renewal and stops them;
+    nobody claims them again while their organisation is retired (`_claimable`). Rows a transaction
+    holds locked are left for the next round."""
+    if not retired:
+        return 0
+    condition = and_(Scheduler.owner.is_not(None), Scheduler.organisation.in_(retired))
     result = session.execute(
         update(Scheduler)
         .where(_unlocked(session, condition))
