@@ -23,6 +23,7 @@ validation).
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -54,64 +55,60 @@ async def body_of(receive: Any) -> bytes:
             return b"".join(chunks)
 
 
-async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    if scope["type"] == "lifespan":
-        await lifespan(receive, send)
-        return
-    await body_of(receive)
-    if scope["path"] == "/ready":
-        body = b"true"
-    else:
-        with STORE.engine.begin() as conn:
-            rows = queues.pop(conn, TARGET, limit=1, now=utcnow(), raw_data=True)
-        body = orjson.dumps(rows[0] if rows else None, default=str)
-    await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-    await send({"type": "http.response.body", "body": body})
+Handler = Callable[[bytes], Awaitable[tuple[int, bytes]]]
 
 
-async def push_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    if scope["type"] == "lifespan":
-        await lifespan(receive, send)
-        return
-    body = await body_of(receive)
-    status = 200
-    if scope["path"] == "/ready":
-        answer = b"true"
-    else:
-        task = orjson.loads(body)
-        params = {
-            "queue": TARGET.queue,
-            "org": os.environ["BENCH_ORG"],
-            "priority": task["priority"],
-            "hash": task["hash"],
-            "data": orjson.dumps(task["data"]).decode(),
-        }
-        async with (await push_pool()).connection() as conn:
-            row = await (await conn.execute(INSERT_SQL, params)).fetchone()
-        answer, status = orjson.dumps({"id": row[0] if row else None}, default=str), 201
-    await send({"type": "http.response.start", "status": status, "headers": HEADERS})
-    await send({"type": "http.response.body", "body": answer})
+def serving(handle: Handler) -> Callable[[dict[str, Any], Any, Any], Awaitable[None]]:
+    """The ASGI app around `handle` (a request's body in, its status and JSON out): the lifespan, the
+    body read whole, `/ready`, the answer; nothing else."""
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        body = await body_of(receive)
+        status, answer = (200, b"true") if scope["path"] == "/ready" else await handle(body)
+        await send({"type": "http.response.start", "status": status, "headers": HEADERS})
+        await send({"type": "http.response.body", "body": answer})
+
+    return asgi
 
 
-async def pop_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    if scope["type"] == "lifespan":
-        await lifespan(receive, send)
-        return
-    await body_of(receive)
-    if scope["path"] == "/ready":
-        answer = b"true"
-    else:
-        params = {**orjson.loads(os.environ["BENCH_POP_PARAMS"]), "now_": utcnow()}
-        async with (await push_pool()).connection() as conn:
-            cursor = await conn.execute(POP_SQL, params)
-            row = await cursor.fetchone()
-            names = [column.name for column in cursor.description or ()]
-        answer = orjson.dumps(dict(zip(names, row, strict=True)) if row else None, default=str)
-    await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-    await send({"type": "http.response.body", "body": answer})
+async def store_pop(_body: bytes) -> tuple[int, bytes]:
+    with STORE.engine.begin() as conn:
+        rows = queues.pop(conn, TARGET, limit=1, now=utcnow(), raw_data=True)
+    return 200, orjson.dumps(rows[0] if rows else None, default=str)
+
+
+async def insert(body: bytes) -> tuple[int, bytes]:
+    task = orjson.loads(body)
+    params = {
+        "queue": TARGET.queue,
+        "org": os.environ["BENCH_ORG"],
+        "priority": task["priority"],
+        "hash": task["hash"],
+        "data": orjson.dumps(task["data"]).decode(),
+    }
+    async with (await push_pool()).connection() as conn:
+        row = await (await conn.execute(INSERT_SQL, params)).fetchone()
+    return 201, orjson.dumps({"id": row[0] if row else None}, default=str)
+
+
+async def statement_pop(_body: bytes) -> tuple[int, bytes]:
+    async with (await push_pool()).connection() as conn:
+        cursor = await conn.execute(POP_SQL, {**POP_PARAMS, "now_": utcnow()})
+        row = await cursor.fetchone()
+        names = [column.name for column in cursor.description or ()]
+    return 200, orjson.dumps(dict(zip(names, row, strict=True)) if row else None, default=str)
+
+
+app = serving(store_pop)
+push_app = serving(insert)
+pop_app = serving(statement_pop)
 
 
 POP_SQL = os.environ.get("BENCH_POP_SQL", "")
+POP_PARAMS: dict[str, Any] = orjson.loads(os.environ.get("BENCH_POP_PARAMS", "{}"))  # read once, not per pop
 INSERT_SQL = os.environ.get("BENCH_INSERT_SQL", "")
 PUSH_CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "8"))
 _pool: AsyncConnectionPool | None = None

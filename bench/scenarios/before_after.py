@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy.engine import make_url
 
 from baton.storage.urls import libpq_conninfo
 from bench.loadgen import Request
@@ -29,6 +28,7 @@ from bench.scenarios.common import (
     add_organisations,
     bench_queue,
     clients,
+    database_of_its_own,
     fill,
     http_pop,
     interleaved,
@@ -63,23 +63,10 @@ def old_source(ctx: Context, commit: str = BEFORE) -> Path:
     return target / "src"
 
 
-def old_database(ctx: Context) -> str:
-    return make_url(ctx.database_url).set(database=OLD_DATABASE).render_as_string(hide_password=False)
-
-
-def recreate(ctx: Context, name: str, *, drop_only: bool = False) -> None:
-    with psycopg.connect(libpq_conninfo(ctx.database_url), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if not drop_only:
-            conn.execute(f'CREATE DATABASE "{name}"')
-
-
 @contextmanager
 def old_server(ctx: Context, source: Path, queued: int) -> Iterator[Server]:
-    url = old_database(ctx)
-    recreate(ctx, OLD_DATABASE)
-    env = {"PYTHONPATH": str(source), "BATON_DATABASE_URL": url}
-    try:
+    with database_of_its_own(ctx, OLD_DATABASE) as url:
+        env = {"PYTHONPATH": str(source), "BATON_DATABASE_URL": url}
         subprocess.run(
             [sys.executable, "-m", "baton", "migrate", "--database-url", url],
             check=True,
@@ -92,8 +79,6 @@ def old_server(ctx: Context, source: Path, queued: int) -> Iterator[Server]:
             fill(conn, [ORG], queued)
         with serve(url, env, log_dir=ctx.work_dir) as server:
             yield server
-    finally:
-        recreate(ctx, OLD_DATABASE, drop_only=True)
 
 
 def requests(url: str) -> dict[str, Request]:

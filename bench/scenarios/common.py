@@ -7,6 +7,7 @@ and alone (`python -m bench.run --only depth`).
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from sqlalchemy.engine import make_url
 
 from baton.core.fairness import FAIR_UNIT
 from baton.core.queueing import PopShape
@@ -142,6 +144,21 @@ def fill(
         conn.execute("VACUUM ANALYZE tasks")
 
 
+@contextmanager
+def database_of_its_own(ctx: Context, name: str) -> Iterator[str]:
+    """A new, empty database `name` on the run's PostgreSQL server (one left by an interrupted run is
+    dropped first), its URL; dropped afterwards: for a version of Baton whose schema is not this one."""
+    admin = libpq_conninfo(ctx.database_url)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(ctx.database_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def bench_queue(ctx: Context, tasks: int) -> None:
     """The single-queue set-up most scenarios use: organisation `bench` (unbounded) with `tasks` queued."""
     fresh_database(ctx)
@@ -252,6 +269,17 @@ def pop_statement(by_type: bool = False, fair: bool = True) -> tuple[str, dict[s
     sql = pops.pop_sql("postgresql", by_type, fair)
     assert sql == str(compiled)
     return sql, dict(compiled.params)
+
+
+def pop_app_env(connections: int) -> dict[str, str]:
+    """What bench/minimal_asgi.py's `pop_app` reads: Baton's pop statement for the bench queue, one task
+    a pop, and its connections (as many as its clients)."""
+    sql, defaults = pop_statement()
+    return {
+        "BENCH_POP_SQL": sql,
+        "BENCH_POP_PARAMS": json.dumps({**defaults, "limit_": 1, "queue_": QUEUE}),
+        "BENCH_CONNECTIONS": str(connections),
+    }
 
 
 def sql_pop(ctx: Context, queue: str | None = QUEUE, limit: int = 1, fair: bool = True) -> Request:

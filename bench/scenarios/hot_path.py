@@ -6,18 +6,16 @@ statement), to show what the group pop gains."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from bench.scenarios.common import (
-    QUEUE,
     Context,
     bench_queue,
     clients,
     http_pop,
     interleaved,
     minimal_server,
-    pop_statement,
+    pop_app_env,
     ratios_by_clients,
     rows_against,
     serve,
@@ -34,14 +32,8 @@ GRANIAN = "HTTP, granian"
 def run(ctx: Context) -> dict[str, Any]:
     queued = ctx.size(300_000, 60_000)
     bench_queue(ctx, queued)
-    sql, defaults = pop_statement()
-    minimal_env = {
-        "BENCH_POP_SQL": sql,
-        "BENCH_POP_PARAMS": json.dumps({**defaults, "limit_": 1, "queue_": QUEUE}),
-        "BENCH_CONNECTIONS": str(max(CLIENTS)),
-    }
     with (
-        minimal_server(ctx.database_url, ctx.work_dir, "pop_app", minimal_env) as minimal,
+        minimal_server(ctx.database_url, ctx.work_dir, "pop_app", pop_app_env(max(CLIENTS))) as minimal,
         serve(ctx.database_url, log_dir=ctx.work_dir) as one,
         serve(ctx.database_url, {"BATON_HTTP_SERVER": "granian"}, log_dir=ctx.work_dir) as granian,
         serve(ctx.database_url, {"BATON_WORKERS": "2"}, log_dir=ctx.work_dir) as two,

@@ -21,11 +21,19 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy.engine import make_url
 
 from baton.storage.urls import libpq_conninfo
 from bench.loadgen import Rate, measure
-from bench.scenarios.common import ORG, Context, add_organisations, bench_queue, fill, http_pop, serve
+from bench.scenarios.common import (
+    ORG,
+    Context,
+    add_organisations,
+    bench_queue,
+    database_of_its_own,
+    fill,
+    http_pop,
+    serve,
+)
 
 OLD_COMMIT = "8064103"
 CLIENTS = 8
@@ -177,38 +185,23 @@ def profile_current(ctx: Context) -> dict[str, Any]:
         return profile_server(ctx, server.url, server.process.pid, "after")
 
 
-def old_database_url(ctx: Context) -> str:
-    return make_url(ctx.database_url).set(database="baton_profile_old").render_as_string(hide_password=False)
-
-
-def recreate_database(ctx: Context, name: str) -> None:
-    with psycopg.connect(libpq_conninfo(ctx.database_url), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-
 def profile_old(ctx: Context, worktree: Path) -> dict[str, Any]:
     python = worktree / ".venv" / "bin" / "python"
-    url = old_database_url(ctx)
-    recreate_database(ctx, "baton_profile_old")
-    env = {"BATON_DATABASE_URL": url, "PATH": str(python.parent)}
-    subprocess.run(
-        [str(python), "-m", "baton", "migrate", "--database-url", url],
-        check=True,
-        capture_output=True,
-        timeout=300,
-        env=env,
-        cwd=worktree,
-    )
-    with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
-        add_organisations(conn, [ORG])
-        fill(conn, [ORG], ctx.size(300_000, 60_000))
-    try:
+    with database_of_its_own(ctx, "baton_profile_old") as url:
+        env = {"BATON_DATABASE_URL": url, "PATH": str(python.parent)}
+        subprocess.run(
+            [str(python), "-m", "baton", "migrate", "--database-url", url],
+            check=True,
+            capture_output=True,
+            timeout=300,
+            env=env,
+            cwd=worktree,
+        )
+        with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
+            add_organisations(conn, [ORG])
+            fill(conn, [ORG], ctx.size(300_000, 60_000))
         with serve(url, python=str(python), log_dir=ctx.work_dir) as server:
             profiled = profile_server(ctx, server.url, server.process.pid, "before")
-    finally:
-        with psycopg.connect(libpq_conninfo(ctx.database_url), autocommit=True) as conn:
-            conn.execute('DROP DATABASE IF EXISTS "baton_profile_old" WITH (FORCE)')
     commit = subprocess.run(
         ["git", "-C", str(worktree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()

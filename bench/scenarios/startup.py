@@ -7,7 +7,6 @@ started and asked the same way."""
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -26,7 +25,7 @@ from bench.scenarios.common import (
     Context,
     bench_queue,
     http_pop,
-    pop_statement,
+    pop_app_env,
     serve,
 )
 from harness.servers import stop_processes
@@ -75,15 +74,12 @@ def time_to_serve(command: list[str], env: dict[str, str], port: int, log: Path)
 
 
 def starts(ctx: Context, label: str, loaded: bool) -> list[dict[str, float]]:
-    sql, defaults = pop_statement()
     environment = {
         **os.environ,
         **SERVER_ENV,
         "BATON_DATABASE_URL": ctx.database_url,
         "BENCH_QUEUE": QUEUE,
-        "BENCH_POP_SQL": sql,
-        "BENCH_POP_PARAMS": json.dumps({**defaults, "limit_": 1, "queue_": QUEUE}),
-        "BENCH_CONNECTIONS": "1",
+        **pop_app_env(1),
     }
     found = []
     for n in range(STARTS):
