@@ -4,7 +4,7 @@ clock the test moves (the poll is counted on it), events put in by hand."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -99,6 +99,18 @@ def client(service: str, url: str) -> ServiceClient:
     return ServiceClient(service, url, timeout=2.0, retry=FAST_RETRIES)
 
 
+def add_organisations_everywhere(
+    store: Store, katalogus: KatalogusStandin, octopoes: OctopoesStandin, organisations: Sequence[str]
+) -> None:
+    """The organisations in Baton's database (queues of 1,000) and in both stand-ins."""
+    with store.session() as session:
+        for org in organisations:
+            create_organisation(session, org, org.title(), maxsize=1000)
+    for org in organisations:
+        katalogus.add_organisation(org)
+        octopoes.add_organisation(org)
+
+
 @pytest.fixture
 def world(store: Store) -> Iterator[World]:
     katalogus, octopoes = KatalogusStandin(), OctopoesStandin()
@@ -109,12 +121,7 @@ def world(store: Store) -> Iterator[World]:
             POLL_SECONDS,
             OutsideServiceRecorder(store, POLL_SECONDS),
         )
-        with store.session() as session:
-            for org in ("acme", "beta"):
-                create_organisation(session, org, org.title(), maxsize=1000)
-        for org in ("acme", "beta"):
-            katalogus.add_organisation(org)
-            octopoes.add_organisation(org)
+        add_organisations_everywhere(store, katalogus, octopoes, ("acme", "beta"))
         yield World(store, katalogus, katalogus_server, octopoes, octopoes_server, link)
         link.katalogus.http.close()
         assert link.octopoes is not None

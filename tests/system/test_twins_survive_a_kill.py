@@ -15,13 +15,12 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from baton.core.model import SchedulerState
-from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
 from baton.storage.scheduling.inbox import enqueue_event
 from baton.storage.tables import Scheduler, TwinCheck
 from harness.standins import KatalogusStandin, OctopoesStandin, StandinServer
 from harness.waiting import wait_until
-from tests.katalogus_world import octopoes_mutation, queued
+from tests.katalogus_world import add_organisations_everywhere, octopoes_mutation, queued
 
 CLIENTS_CALL = "GET /object-clients"
 SHARED = "Hostname|internet|shared.example"
@@ -38,12 +37,8 @@ def estate(store: Store, katalogus: KatalogusStandin, octopoes: OctopoesStandin)
     object at level 3 (a twin). acme's own node holds nothing: no backfill makes a task of its own, the
     event does."""
     katalogus.add_boefje("dns-records", ["Hostname"], scan_level=2, oci_image="ghcr.io/x/dns:1")
-    with store.session() as session:
-        for org in ("acme", "beta"):
-            create_organisation(session, org, org.title(), maxsize=1000)
+    add_organisations_everywhere(store, katalogus, octopoes, ("acme", "beta"))
     for org in ("acme", "beta"):
-        katalogus.add_organisation(org)
-        octopoes.add_organisation(org)
         katalogus.set_enabled(org, "dns-records", True)
         katalogus.set_settings(org, "dns-records", {"API_KEY": "same"})
     octopoes.add_object("beta", SHARED, level=3)
