@@ -76,7 +76,9 @@ from baton.storage.tables import (
 # -- push --------------------------------------------------------------------------------------------
 
 
-def _queue_row() -> Select[Any]:
+def _queue_row(with_head: bool = False) -> Select[Any]:
+    """The queue a push names: its settings, its organisation's weight and its counts; `with_head`: and the
+    head tag at the push's type and priority (`:priority_`), read once for the new task's tag."""
     counters = (
         select(
             func.coalesce(func.sum(QueueCounter.queued), 0).label("queued"),
@@ -85,18 +87,21 @@ def _queue_row() -> Select[Any]:
         .where(QueueCounter.scheduler_id == bindparam("queue_"))
         .subquery("counts")
     )
+    columns: list[Any] = [
+        Scheduler.id,
+        Scheduler.organisation,
+        Scheduler.type,
+        Scheduler.maxsize,
+        # A retired organisation's queues take no task, as a disabled queue (storage/control/organisation_sync.py).
+        and_(Scheduler.enabled, Organisation.retired_at.is_(None)).label("enabled"),
+        Organisation.weight,
+        counters.c.queued,
+        counters.c.last_key,
+    ]
+    if with_head:
+        columns.append(func.coalesce(_head_tag(Scheduler.type), 0).label("head"))
     return (
-        select(
-            Scheduler.id,
-            Scheduler.organisation,
-            Scheduler.type,
-            Scheduler.maxsize,
-            # A retired organisation's queues take no task, as a disabled queue (storage/control/organisation_sync.py).
-            and_(Scheduler.enabled, Organisation.retired_at.is_(None)).label("enabled"),
-            Organisation.weight,
-            counters.c.queued,
-            counters.c.last_key,
-        )
+        select(*columns)
         .join(Organisation, Organisation.id == Scheduler.organisation)
         .join(counters, true())
         .where(Scheduler.id == bindparam("queue_"))
@@ -114,12 +119,12 @@ def _head_tag(task_type: Any) -> Any:
 
 def _new_tag(queue: Any, greatest: Any, least: Any) -> Any:
     """max(min(queue clock + one step, head + queued steps), head): see the module's description.
-    The SQL twin of `baton.core.fairness.fair_tag` (which the batched push uses): change both."""
+    The SQL twin of `baton.core.fairness.fair_tag` (which the batched push uses): change both. `queue`
+    is `_queue_row(with_head=True)`."""
     # `op("/")`: integer division on both backends (SQLAlchemy's `/` would cast to NUMERIC).
     step = literal_column(str(FAIR_UNIT)).op("/")(queue.c.weight)
-    head = func.coalesce(_head_tag(queue.c.type), 0)
     backlog = cast(queue.c.queued, BigInteger)
-    return greatest(least(queue.c.last_key + step, head + backlog * step), head)
+    return greatest(least(queue.c.last_key + step, queue.c.head + backlog * step), queue.c.head)
 
 
 def _insert_values(queue: Any, tag: Any, schedule_id: Any = None) -> Select[Any]:
@@ -173,7 +178,7 @@ def push_postgresql(
     The conditions are the admission rule's (`baton.core.admission`) in SQL: the push reads this
     answer through `admit`, and an integration test checks that the two agree for every case.
     """
-    queue = _queue_row().cte("queue")
+    queue = _queue_row(with_head=True).cte("queue")
     open_queue = select(queue.c.id).where(queue.c.enabled).exists()
     twin_match = and_(
         Task.scheduler_id == bindparam("queue_"),
@@ -329,7 +334,7 @@ def queued_twin(raw_data: bool = False) -> Select[Any]:
 @cache
 def insert_task(raw_data: bool = False) -> Any:
     """SQLite, step 3: the new task, its fair tag computed in the same statement."""
-    queue = _queue_row().subquery("queue")
+    queue = _queue_row(with_head=True).subquery("queue")
     tag = _new_tag(queue, func.max, func.min)  # SQLite's two-argument max() and min(): greatest(), least()
     values = _insert_values(queue, tag)
     return (
