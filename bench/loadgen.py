@@ -60,6 +60,8 @@ class Rate:
     ran_dry: bool
     # CPU-seconds the server's process tree used over the measurement (a scenario's `with_server_cpu`).
     server_cpu_s: float | None = None
+    # CPU-seconds the PostgreSQL server (postmaster and every child) used meanwhile (`with_database_cpu`).
+    database_cpu_s: float | None = None
 
     @property
     def per_second(self) -> float:

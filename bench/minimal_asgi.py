@@ -23,20 +23,28 @@ validation).
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from psycopg_pool import AsyncConnectionPool
 
-from baton.core.model import utcnow
-from baton.core.queueing import PopTarget
+from baton.core.jobs import BoefjeJob, job_hash, job_of
+from baton.core.model import SchedulerType, scheduler_id_for, utcnow
+from baton.core.queueing import PopTarget, PushRequest
+from baton.core.rescans import pushed_schedule
+from baton.core.settings import Settings
 from baton.storage.engine import Store
 from baton.storage.queues import operations as queues
+from baton.storage.queues.door import PushStatement
+from baton.storage.queues.links import compiled
+from baton.storage.queues.push import push_params
 from baton.storage.urls import libpq_conninfo
 
 STORE = Store(os.environ["BATON_DATABASE_URL"])
 TARGET = PopTarget(queue=os.environ["BENCH_QUEUE"])
+SETTINGS = Settings()
 HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -102,9 +110,49 @@ async def statement_pop(_body: bytes) -> tuple[int, bytes]:
     return 200, orjson.dumps(dict(zip(names, row, strict=True)) if row else None, default=str)
 
 
+async def statement_push(body: bytes) -> tuple[int, bytes]:
+    """Baton's own push statement (Baton's dialect: the queue's checks, deduplication, the fair tag)."""
+    task = orjson.loads(body)
+    request = PushRequest(TARGET.queue, task["priority"], task["data"], task["hash"], task_id=uuid.uuid4())
+    return await run_push(request, 201)
+
+
+async def statement_boefje_push(body: bytes) -> tuple[int, bytes]:
+    """Baton's push statement with a boefje task's rescan schedule and run, from mula's body: the job read
+    by Baton's own model, its hash and schedule as Baton makes them (no plugin timings: the grace period)."""
+    pushed = orjson.loads(body)
+    job = job_of(SchedulerType.BOEFJE, pushed["data"])
+    now = utcnow()
+    schedule = pushed_schedule(SETTINGS, job, pushed["data"], now, None, None) if isinstance(job, BoefjeJob) else None
+    queue = scheduler_id_for(SchedulerType.BOEFJE, pushed["organisation"])
+    request = PushRequest(
+        queue,
+        pushed["priority"],
+        pushed["data"],
+        job_hash(job),
+        task_id=uuid.UUID(pushed["id"]),
+        on_duplicate="refuse",
+        schedule=schedule,
+    )
+    return await run_push(request, 201)
+
+
+async def run_push(request: PushRequest, status: int) -> tuple[int, bytes]:
+    sql, defaults = compiled(PushStatement(request.on_duplicate, request.schedule is not None))
+    params = {**defaults, **push_params(request, utcnow(), encode=lambda document: orjson.dumps(document).decode())}
+    async with (await push_pool()).connection() as conn:
+        cursor = conn.cursor(binary=True)
+        await cursor.execute(sql, params)
+        row = await cursor.fetchone()
+        names = [column.name for column in cursor.description or ()]
+    return status, orjson.dumps(dict(zip(names, row, strict=True)) if row else None, default=str)
+
+
 app = serving(store_pop)
 push_app = serving(insert)
 pop_app = serving(statement_pop)
+statement_push_app = serving(statement_push)
+statement_boefje_push_app = serving(statement_boefje_push)
 
 
 POP_SQL = os.environ.get("BENCH_POP_SQL", "")

@@ -38,13 +38,14 @@ from bench.scenarios.common import (
     fill,
     http_pop,
     http_pop_many,
+    postmaster_of,
     serve,
     sql_pop,
     wal_position,
 )
 from bench.scenarios.push import BOEFJE_BODY, SCHEDULED_INSERT_SQL, openkat_push, raw_insert
 from bench.scenarios.table_growth import growth
-from harness.cputime import own_seconds, parent_of, snapshot, stat, tree_seconds
+from harness.cputime import own_seconds, snapshot, tree_seconds
 
 CLIENTS = 8
 BATCH = 10
@@ -90,15 +91,6 @@ class Meters:
             "loadgen": own_seconds(),
             **wal_position(conn),
         }
-
-
-def postmaster_of(conn: Any) -> int:
-    """The PostgreSQL server's postmaster: the parent of this connection's backend, on this machine."""
-    row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    backend = int(row[0])
-    if stat(backend) is None:
-        raise RuntimeError("PostgreSQL does not run on this machine: its CPU time cannot be read from /proc")
-    return parent_of(backend)
 
 
 def other_backends(conn: Any) -> int:

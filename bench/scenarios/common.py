@@ -28,7 +28,7 @@ from baton.core.queueing import PopShape
 from baton.storage.queues import pops, statements
 from baton.storage.urls import libpq_conninfo
 from bench.loadgen import Rate, Request, measure
-from harness.cputime import tree_seconds
+from harness.cputime import parent_of, stat, tree_seconds
 from harness.servers import stop_processes, wait_ready
 from harness.waiting import free_port
 
@@ -318,9 +318,10 @@ def summarise(rates: Sequence[Rate]) -> dict[str, Any]:
         "p99_ms": statistics.median(rate.p99_ms for rate in rates),
         "ran_dry": any(rate.ran_dry for rate in rates),
     }
-    cpu = [rate.server_cpu_s for rate in rates]
-    if all(seconds is not None for seconds in cpu) and summary["operations"]:
-        summary["server_cpu_ms_per_op"] = 1000 * sum(cpu) / summary["operations"]  # type: ignore[arg-type]
+    for kind in ("server", "database"):
+        cpu = [getattr(rate, f"{kind}_cpu_s") for rate in rates]
+        if all(seconds is not None for seconds in cpu) and summary["operations"]:
+            summary[f"{kind}_cpu_ms_per_op"] = 1000 * sum(cpu) / summary["operations"]
     return summary
 
 
@@ -335,6 +336,28 @@ def with_server_cpu(run: Callable[[], Rate], pid: int) -> Callable[[], Rate]:
         return rate
 
     return measured
+
+
+def with_database_cpu(run: Callable[[], Rate], postmaster: int) -> Callable[[], Rate]:
+    """`run`, recording the CPU-seconds the PostgreSQL server (`postmaster_of`, its every process) used
+    meanwhile: what the operations cost the database, which other work on its server would distort."""
+
+    def measured() -> Rate:
+        before = tree_seconds(postmaster)
+        rate = run()
+        rate.database_cpu_s = tree_seconds(postmaster) - before
+        return rate
+
+    return measured
+
+
+def postmaster_of(conn: Any) -> int:
+    """The PostgreSQL server's postmaster: the parent of this connection's backend, on this machine."""
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    backend = int(row[0])
+    if stat(backend) is None:
+        raise RuntimeError("PostgreSQL does not run on this machine: its CPU time cannot be read from /proc")
+    return parent_of(backend)
 
 
 def interleaved(series: dict[str, Callable[[], Rate]], rounds: int) -> dict[str, dict[str, Any]]:

@@ -5,13 +5,17 @@ mula's body: a boefje job, whose task is written with its rescan schedule and ru
 job). Baton's push and OpenKAT's boefje push also through a `baton serve` on granian
 (BATON_HTTP_SERVER=granian), beside the same on uvicorn. Each HTTP series reads the server's CPU per push.
 As a reference, the same INSERT behind the smallest ASGI app there is (bench/minimal_asgi.py's `push_app`,
-same uvicorn, the same request body): how far any Python HTTP server gets here."""
+same uvicorn, the same request body): how far any Python HTTP server gets here; and the same app running
+Baton's own push statement instead (`statement_push_app`; `statement_boefje_push_app` for mula's boefje
+body: the task with its schedule and run): what Baton's statement costs beyond a plain INSERT, and what
+Baton's request handling costs beyond that app. Every series also reads PostgreSQL's CPU per push."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from bench.loadgen import Request
+from bench.loadgen import Rate, Request
 from bench.scenarios.common import (
     ORG,
     QUEUE,
@@ -19,11 +23,14 @@ from bench.scenarios.common import (
     Context,
     bench_queue,
     clients,
+    connect,
     interleaved,
     minimal_server,
+    postmaster_of,
     ratios_by_clients,
     rows_against,
     serve,
+    with_database_cpu,
     with_server_cpu,
 )
 
@@ -54,6 +61,10 @@ SCHEDULED_INSERT_SQL = (
 # The minimal app's: the request's own hash, and the new id answered.
 MINIMAL_INSERT_SQL = INSERT_SQL.replace("md5(random()::text || clock_timestamp()::text)", "%(hash)s") + " RETURNING id"
 MINIMAL = "minimal ASGI app, same INSERT"
+# The same app running Baton's own push statement (the queue's checks, deduplication, the fair tag; for mula's
+# boefje body, the schedule and run too): what a push costs any Python HTTP server with Baton's statement.
+STATEMENT_APP = "minimal ASGI app, Baton's push statement"
+STATEMENT_BOEFJE_APP = "minimal ASGI app, Baton's boefje push statement"
 OPENKAT_BOEFJE = "OpenKAT boefje push"
 OPENKAT_NORMALIZER = "OpenKAT normalizer push"
 GRANIAN = ", granian"  # the series' name on granian: `HTTP push, granian`, `OpenKAT boefje push, granian`
@@ -95,13 +106,17 @@ def openkat_push(url: str, kind: str, body: str) -> Request:
 def run(ctx: Context) -> dict[str, Any]:
     bench_queue(ctx, 0)
     minimal_env = {"BENCH_INSERT_SQL": MINIMAL_INSERT_SQL}
+    with connect(ctx) as conn:
+        postmaster = postmaster_of(conn)
     with (
         serve(ctx.database_url, log_dir=ctx.work_dir) as server,
         serve(ctx.database_url, {"BATON_HTTP_SERVER": "granian"}, log_dir=ctx.work_dir) as granian,
         minimal_server(ctx.database_url, ctx.work_dir, "push_app", minimal_env) as minimal,
+        minimal_server(ctx.database_url, ctx.work_dir, "statement_push_app") as statement_app,
+        minimal_server(ctx.database_url, ctx.work_dir, "statement_boefje_push_app") as statement_boefje_app,
     ):
         pid = server.process.pid
-        series = {}
+        series: dict[str, Callable[[], Rate]] = {}
         for count in CLIENTS:
             series[f"raw INSERT|{count}"] = clients(raw_insert(ctx), count, ctx.duration)
             series[f"raw INSERT with schedule|{count}"] = clients(
@@ -124,7 +139,14 @@ def run(ctx: Context) -> dict[str, Any]:
             series[f"{MINIMAL}|{count}"] = with_server_cpu(
                 clients(http_push(minimal.url), count, ctx.duration), minimal.process.pid
             )
-        measured = interleaved(series, ctx.rounds)
+            series[f"{STATEMENT_APP}|{count}"] = with_server_cpu(
+                clients(http_push(statement_app.url), count, ctx.duration), statement_app.process.pid
+            )
+            series[f"{STATEMENT_BOEFJE_APP}|{count}"] = with_server_cpu(
+                clients(openkat_push(statement_boefje_app.url, "boefje", BOEFJE_BODY), count, ctx.duration),
+                statement_boefje_app.process.pid,
+            )
+        measured = interleaved({name: with_database_cpu(run, postmaster) for name, run in series.items()}, ctx.rounds)
     return {
         "duration_s": ctx.duration,
         "rounds": ctx.rounds,
@@ -132,6 +154,10 @@ def run(ctx: Context) -> dict[str, Any]:
         "ratios": ratios_by_clients(measured, "push", "HTTP push", "raw INSERT", CLIENTS)
         | ratios_by_clients(measured, "minimal", MINIMAL, "raw INSERT", CLIENTS)
         | ratios_by_clients(measured, "baton_to_minimal", "HTTP push", MINIMAL, CLIENTS)
+        | ratios_by_clients(measured, "statement_app_to_minimal", STATEMENT_APP, MINIMAL, CLIENTS)
+        | ratios_by_clients(measured, "baton_to_statement_app", "HTTP push", STATEMENT_APP, CLIENTS)
+        | ratios_by_clients(measured, "statement_boefje_app", STATEMENT_BOEFJE_APP, "raw INSERT with schedule", CLIENTS)
+        | ratios_by_clients(measured, "openkat_boefje_to_statement_app", OPENKAT_BOEFJE, STATEMENT_BOEFJE_APP, CLIENTS)
         | ratios_by_clients(measured, "openkat_boefje", OPENKAT_BOEFJE, "raw INSERT with schedule", CLIENTS)
         | ratios_by_clients(measured, "openkat_normalizer", OPENKAT_NORMALIZER, "raw INSERT", CLIENTS)
         | ratios_by_clients(measured, "granian", f"HTTP push{GRANIAN}", "raw INSERT", CLIENTS)
@@ -146,5 +172,10 @@ def run(ctx: Context) -> dict[str, Any]:
             name: summary["server_cpu_ms_per_op"]
             for name, summary in measured.items()
             if "server_cpu_ms_per_op" in summary
+        },
+        "database_cpu_ms_per_push": {
+            name: summary["database_cpu_ms_per_op"]
+            for name, summary in measured.items()
+            if "database_cpu_ms_per_op" in summary
         },
     }
