@@ -22,7 +22,7 @@ from bench.report.rescans import section_rescans
 from bench.report.retention import section_retention
 from bench.report.schedulers import section_director, section_workers
 from bench.report.soak import plot_soak, section_soak
-from bench.report.targets import RETIRED, WALLS, Verdict, invalid_reason, verdicts
+from bench.report.targets import NOTES, RETIRED, WALLS, Verdict, invalid_reason, verdicts
 from bench.report.throughput import (
     section_batched,
     section_before_after,
@@ -91,6 +91,9 @@ def section_targets(found: list[Verdict], scenarios: dict[str, Any]) -> list[str
         reason = invalid_reason(scenarios.get(name))
         if reason:
             lines += [f"- `{name}`: INVALID because {reason}.", ""]
+        note = NOTES[name](scenarios) if name in NOTES else None
+        if note:
+            lines += [f"- `{name}`: {note}.", ""]
     return lines
 
 
