@@ -102,10 +102,12 @@ def section_push(result: dict[str, Any]) -> list[str]:
         "the same INSERT behind the smallest ASGI app there is (`bench/minimal_asgi.py`'s `push_app`: it parses "
         "the same request body and runs the INSERT on an async psycopg connection, one per client, with no "
         "admission, deduplication, fair tag, validation, routing or logging) under the same uvicorn."
+        + statement_apps_method(result)
         + granian_method(result, "`HTTP push, granian` and `OpenKAT boefje push, granian`", "pushes"),
         "",
         *throughput_rows(result, "tasks/s", "raw INSERT"),
         *minimal_reference_lines(result.get("ratios", {}), "raw INSERT rate", "the INSERT"),
+        *push_cpu_rows(result),
         *granian_against_uvicorn(
             result,
             "tasks/s",
@@ -114,6 +116,33 @@ def section_push(result: dict[str, Any]) -> list[str]:
                 ("OpenKAT's boefje push ", "openkat_boefje_granian_to_uvicorn"),
             ],
         ),
+    ]
+
+
+def statement_apps_method(result: dict[str, Any]) -> str:
+    if "database_cpu_ms_per_push" not in result:
+        return ""  # results from before the statement apps
+    return (
+        " The same app also runs Baton's own push statement instead of the INSERT (`statement_push_app`: the "
+        "queue's checks, deduplication and the fair tag, as `baton serve` sends it; `statement_boefje_push_app`: "
+        "mula's boefje body read by Baton's job model, the task with its schedule and run in one statement): "
+        "what the statement costs beyond a plain INSERT, and what Baton's request handling costs beyond it. Around "
+        "every series the CPU time of the server's process tree and of the PostgreSQL server (postmaster and every "
+        "child) is read."
+    )
+
+
+def push_cpu_rows(result: dict[str, Any]) -> list[str]:
+    server = result.get("server_cpu_ms_per_push", {})
+    database = result.get("database_cpu_ms_per_push", {})
+    if not database:
+        return []
+    names = [row["series"] for row in result["series"] if row["clients"] == 8]
+    rows = [[name, num(server.get(f"{name}|8"), 2), num(database.get(f"{name}|8"), 2)] for name in names]
+    return [
+        "CPU per push at 8 clients (ms; the server's process tree, and the PostgreSQL server's):",
+        "",
+        *table(["series", "server", "PostgreSQL"], rows, "lrr"),
     ]
 
 
