@@ -342,3 +342,89 @@ def test_openkat_pushes_the_fast_path_refuses_get_the_routes_answer(
         answer = client.post("/schedulers/boefje/push", content=body, headers={"content-type": "application/json"})
         assert answer.status_code == 422 and answer.json()["detail"][0]["loc"][0] == "body"
     assert counted_openkat_pushes == []
+
+
+# -- a task read back or moved along ------------------------------------------------------------------
+
+
+@pytest.fixture
+def counted_task_answers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The statuses of the tasks the fast path answered for `GET` and `PATCH /tasks/{id}`."""
+    answered: list[str] = []
+    document = fastpath.openkat_task_document
+
+    def counted(record: dict[str, Any]) -> dict[str, Any]:
+        answered.append(record["status"])
+        return document(record)
+
+    monkeypatch.setattr(fastpath, "openkat_task_document", counted)
+    return answered
+
+
+def test_the_fast_task_read_and_patch_are_the_routes(
+    store: Store, client: TestClient, counted_task_answers: list[str]
+) -> None:
+    add_organisation(store, "acme", maxsize=0)
+    task_id = client.post("/queues/boefje-acme/push", content=push_body()).json()["id"]
+    routed_path = f"/tasks/{task_id.upper()}"  # FastAPI reads any spelling; the fast path only Baton's own
+
+    read, routed_read = client.get(f"/tasks/{task_id}"), client.get(routed_path)
+    same_answer(read, routed_read)
+    assert read.status_code == 200 and read.json()["status"] == "queued"
+    assert counted_task_answers == ["queued"]
+
+    assert client.post("/queues/boefje-acme/pop").json()["id"] == task_id
+    running = client.patch(f"/tasks/{task_id}", json={"status": "running"})
+    assert running.status_code == 200 and running.json()["status"] == "running"
+    # The route, to the same status again: a PATCH to the status a task has is refused alike.
+    again = client.patch(f"/tasks/{task_id}", content=b'{"status": "running"}')
+    routed_again = client.patch(routed_path, content=b'{"status": "running"}', headers=ROUTED)
+    same_answer(again, routed_again)
+    assert again.status_code == 409
+    completed = client.patch(f"/tasks/{task_id}", json={"status": "completed"})
+    assert completed.json()["status"] == "completed"
+    assert client.get(f"/tasks/{task_id}").content == completed.content == client.get(routed_path).content
+    assert counted_task_answers == ["queued", "running", "completed", "completed"]
+
+
+def test_task_requests_the_fast_path_leaves_get_the_routes_answers(
+    store: Store, client: TestClient, counted_task_answers: list[str]
+) -> None:
+    add_organisation(store, "acme", maxsize=0)
+    task_id = client.post("/queues/boefje-acme/push", content=push_body()).json()["id"]
+    nobody = "00000000-0000-4000-8000-000000000000"
+    unknown, routed_unknown = client.get(f"/tasks/{nobody}"), client.get(f"/tasks/{nobody.upper()}")
+    assert unknown.status_code == routed_unknown.status_code == 404
+    assert unknown.json()["message"] == routed_unknown.json()["message"]
+    patched_unknown = client.patch(f"/tasks/{nobody}", json={"status": "running"})
+    assert patched_unknown.status_code == 404
+    assert client.get("/tasks/not-a-uuid").status_code == 422
+    assert client.get("/tasks/stats").status_code == 200  # a route of its own, not a task id
+    assert client.get(f"/tasks/{task_id}", params={"x": 1}).status_code == 422  # an unknown parameter
+    bad = client.patch(f"/tasks/{task_id}", json={"status": "sleeping"})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "status"]
+    assert client.patch(f"/tasks/{task_id}", json={"status": "queued", "x": 1}).status_code == 422
+    assert client.patch(f"/tasks/{task_id}").status_code == 422  # no body
+    assert client.put(f"/tasks/{task_id}", json={"status": "running"}).status_code == 405
+    assert counted_task_answers == []  # every one of them the route's
+
+
+def test_the_fast_task_requests_keep_to_their_scopes(store: Store) -> None:
+    add_organisation(store, "acme", maxsize=0)
+    with store.session() as session:
+        tokens = {
+            name: create_token(session, name, scopes)
+            for name, scopes in {"feeder": [Scope.PUSH], "runner": [Scope.POP], "reader": [Scope.READ]}.items()
+        }
+    settings = Settings(database_url=store.url, auth="on")
+    with TestClient(build_app(settings, store)) as client:
+        pushed = client.post("/queues/boefje-acme/push", content=push_body(), headers=bearer(tokens["feeder"]))
+        path = f"/tasks/{pushed.json()['id']}"
+        assert client.get(path).status_code == 401
+        assert client.get(path, headers=bearer(tokens["feeder"])).status_code == 403
+        assert client.get(path, headers=bearer(tokens["reader"])).status_code == 200
+        assert client.get(path, headers=bearer(tokens["reader"])).status_code == 200  # cached now
+        cancel = {"status": "cancelled"}
+        assert client.patch(path, json=cancel, headers=bearer(tokens["reader"])).status_code == 403
+        assert client.patch(path, json=cancel, headers=bearer(tokens["runner"])).status_code == 200
+        assert client.patch(path, json=cancel, headers=bearer(tokens["runner"])).status_code == 409

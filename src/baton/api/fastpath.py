@@ -1,17 +1,20 @@
-"""The plain pop and push, answered before FastAPI's routing: `POST /queues/{id}/pop`,
-`POST /schedulers/{scheduler}/pop[?limit=N]` with no body, and `POST /queues/{id}/push` and
-`POST /schedulers/{scheduler}/push` (OpenKAT's web UI and runners) with a JSON body.
+"""A job runner's requests, answered before FastAPI's routing: the plain pop (`POST /queues/{id}/pop`,
+`POST /schedulers/{scheduler}/pop[?limit=N]` with no body), the push (`POST /queues/{id}/push` and
+`POST /schedulers/{scheduler}/push`, OpenKAT's web UI and runners, with a JSON body), and a task read
+back or moved along (`GET /tasks/{id}`, `PATCH /tasks/{id}` with a JSON body: OpenKAT's runners send one
+read and two status changes for every task they run).
 
-A job runner's pop is most of the traffic and the smallest request there is, yet FastAPI spends more
-per request on routing, dependency resolution and its Response than the database spends on the pop
-(on SQLite, about as much again). Here such a pop costs a path split and the service call; a push
-costs that and the validation of its body by the route's own model.
+These are most of the traffic and the smallest requests there are, yet FastAPI spends more per request
+on routing, dependency resolution and its Response than the database spends on the statement (on
+SQLite, about as much again). Here such a request costs a path split and the service call, and the
+validation of its body by the route's own model.
 
-Same answer as the routes in `queues.py` and `openkat.py`, byte for byte: the same service call, the
-same documents. Only the common case is taken: a pop with no body, no query string but a
-well-formed `limit` and no `Idempotency-Key`; a push with no query string and a body that is JSON (no Content-Type, or
-`application/json`) which the route's model accepts; and either authentication off or a cached token
-granting the scope. Whatever is not taken goes on to the FastAPI app, which answers as always.
+Same answer as the routes in `queues.py`, `openkat.py` and `tasks.py`, byte for byte: the same service
+call, the same documents. Only the common case is taken: a pop with no body, no query string but a
+well-formed `limit` and no `Idempotency-Key`; a push or PATCH with no query string and a body that is
+JSON (no Content-Type, or `application/json`) which the route's model accepts; a task id in its
+canonical form (lowercase, hyphenated) and no query string; and either authentication off or a cached
+token granting the scope. Whatever is not taken goes on to the FastAPI app, which answers as always.
 
 What the service call raises is answered where it was raised, by the app's own exception handlers
 (the ones FastAPI's exception middleware would call), never by running the call again through the
@@ -23,6 +26,7 @@ would wait for the database again, past the request's one deadline (BATON_DB_WAI
 from __future__ import annotations
 
 import inspect
+import uuid
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -35,7 +39,7 @@ from starlette.types import Message, Scope, Send
 from baton.api.openkat import DUPLICATE, CompatPushIn, pop_target, push_answer
 from baton.api.queues import push_task
 from baton.api.responses import OPTIONS, openkat_task_document, task_document
-from baton.api.schemas import MAX_LIST_LIMIT, PushIn
+from baton.api.schemas import MAX_LIST_LIMIT, PushIn, TaskPatch
 from baton.core.queueing import PopRequest
 from baton.core.tokens import Scope as TokenScope
 from baton.core.tokens import grants
@@ -43,8 +47,18 @@ from baton.core.tokens import grants
 JSON_HEADERS = (b"content-type", b"application/json")
 KEY_HEADER = b"idempotency-key"
 RETRY_AFTER = (b"retry-after", b"60")
-Body = TypeVar("Body", PushIn, CompatPushIn)
+Body = TypeVar("Body", PushIn, CompatPushIn, TaskPatch)
 Headers = Sequence[tuple[bytes, bytes]]
+
+
+async def answer(scope: Scope, body: bytes, send: Send) -> bool:
+    """Answer the request here and return True, or return False having touched nothing."""
+    method = scope["method"]
+    if method == "POST":
+        return await (answer_push if body else answer_pop)(scope, body, send)
+    if method in ("GET", "PATCH"):
+        return await answer_task(scope, body, send)
+    return False
 
 
 def pop_limit(query: bytes) -> int | None:
@@ -114,7 +128,7 @@ def json_body(scope: Scope) -> bool:
     return content_type is None or content_type.lower() == b"application/json"
 
 
-def push_body(body: bytes, model: type[Body]) -> Body | None:
+def parsed_body(body: bytes, model: type[Body]) -> Body | None:
     """The body as the route reads it (orjson, then the route's model), or None for the route to refuse."""
     try:
         return model.model_validate(orjson.loads(body))
@@ -135,12 +149,12 @@ async def answer_push(scope: Scope, body: bytes, send: Send) -> bool:
         return False
     call: Coroutine[Any, Any, tuple[Any, int, Headers]]
     if parts[1] == "queues":
-        ours = push_body(body, PushIn)
+        ours = parsed_body(body, PushIn)
         if ours is None:
             return False
         call = baton_push(queues, parts[2], ours)
     else:
-        theirs = push_body(body, CompatPushIn)
+        theirs = parsed_body(body, CompatPushIn)
         if theirs is None:
             return False
         call = openkat_push(queues, parts[2], theirs)
@@ -150,6 +164,52 @@ async def answer_push(scope: Scope, body: bytes, send: Send) -> bool:
         await answer_error(scope, exc, send)  # not the route: the push may have been written
         return True
     await send_json(send, status, content, headers)
+    return True
+
+
+def canonical_task_id(text: str) -> uuid.UUID | None:
+    """The id in the form Baton writes it (lowercase, hyphenated); any other spelling FastAPI reads is
+    left to the route."""
+    if len(text) != 36:
+        return None
+    try:
+        task_id = uuid.UUID(text)
+    except ValueError:
+        return None
+    return task_id if str(task_id) == text else None
+
+
+async def answer_task(scope: Scope, body: bytes, send: Send) -> bool:
+    """Answer `GET /tasks/{id}` or a plain `PATCH /tasks/{id}` (its status) and return True, or return
+    False having touched nothing."""
+    if scope.get("query_string"):
+        return False
+    parts = scope["path"].split("/")
+    if len(parts) != 3 or parts[0] or parts[1] != "tasks":
+        return False
+    task_id = canonical_task_id(parts[2])
+    state = scope["app"].state
+    queues = getattr(state, "queues", None)
+    if task_id is None or queues is None:
+        return False
+    call: Coroutine[Any, Any, dict[str, Any]]
+    if scope["method"] == "GET":
+        if body or not authorised(scope, state, TokenScope.READ):
+            return False
+        call = queues.task(task_id)
+    else:
+        if not body or not json_body(scope) or not authorised(scope, state, TokenScope.POP):
+            return False
+        patch = parsed_body(body, TaskPatch)
+        if patch is None:
+            return False
+        call = queues.change_status(task_id, patch.status)
+    try:
+        record = await call
+    except Exception as exc:
+        await answer_error(scope, exc, send)  # not the route: a status change may have been written
+        return True
+    await send_json(send, 200, openkat_task_document(record))
     return True
 
 

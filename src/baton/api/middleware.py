@@ -2,8 +2,8 @@
 deadline for the database (BATON_DB_WAIT_SECONDS, core/deadline.py), one access log line, 413 for
 bodies over the limit (counted as they stream in: Content-Length may be absent or lie), text that
 no database can store (NUL characters, lone UTF-16 surrogates) found and handed to the route, which
-answers 422 after authenticating (`security.AuthenticatedRoute`), and the plain pop and push
-answered without FastAPI's routing (`fastpath.py`)."""
+answers 422 after authenticating (`security.AuthenticatedRoute`), and a job runner's plain requests
+(pop, push, a task read or PATCHed) answered without FastAPI's routing (`fastpath.py`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from baton.api.fastpath import answer_pop, answer_push
+from baton.api import fastpath
 from baton.api.security import UNSTORABLE
 from baton.core import deadline
 from baton.core.logging import get_logger
@@ -153,7 +153,7 @@ class RequestContextMiddleware:
         try:
             answered = False
             if problem is None:
-                answered = await (answer_push if body else answer_pop)(scope, body, send_with_id)
+                answered = await fastpath.answer(scope, body, send_with_id)
             if not answered:
                 await self.app(scope, replay_receive, send_with_id)
         finally:
