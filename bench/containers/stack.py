@@ -109,7 +109,8 @@ class Stack:
 
     def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.database_url, connect_timeout=5, autocommit=True) as conn:
-            return conn.execute(sql, params).fetchall()
+            # No parameters: None, not an empty tuple, or psycopg reads every `%` (a LIKE pattern) as a placeholder.
+            return conn.execute(sql, params or None).fetchall()
 
     def create_token(self, container: str) -> str:
         """What an operator does: `... exec api baton token create --name NAME --scope admin`."""
