@@ -328,24 +328,22 @@ def summarise(rates: Sequence[Rate]) -> dict[str, Any]:
 def with_server_cpu(run: Callable[[], Rate], pid: int) -> Callable[[], Rate]:
     """`run`, recording the CPU-seconds the server process (and its children) used meanwhile: the
     clients' warm-up call and the gate are inside, a few operations' worth against thousands."""
-
-    def measured() -> Rate:
-        before = tree_seconds(pid)
-        rate = run()
-        rate.server_cpu_s = tree_seconds(pid) - before
-        return rate
-
-    return measured
+    return with_tree_cpu(run, pid, "server_cpu_s")
 
 
 def with_database_cpu(run: Callable[[], Rate], postmaster: int) -> Callable[[], Rate]:
     """`run`, recording the CPU-seconds the PostgreSQL server (`postmaster_of`, its every process) used
     meanwhile: what the operations cost the database, which other work on its server would distort."""
+    return with_tree_cpu(run, postmaster, "database_cpu_s")
+
+
+def with_tree_cpu(run: Callable[[], Rate], root: int, field: str) -> Callable[[], Rate]:
+    """`run`, setting the Rate's `field` to the CPU-seconds the process tree of `root` used meanwhile."""
 
     def measured() -> Rate:
-        before = tree_seconds(postmaster)
+        before = tree_seconds(root)
         rate = run()
-        rate.database_cpu_s = tree_seconds(postmaster) - before
+        setattr(rate, field, tree_seconds(root) - before)
         return rate
 
     return measured
