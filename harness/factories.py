@@ -10,6 +10,8 @@ from sqlalchemy import insert
 from baton.core.model import SchedulerState, SchedulerType, TaskStatus, scheduler_id_for, utcnow
 from baton.core.queueing import PopTarget, PushRequest, PushResult
 from baton.core.settings import LeaseSettings, Settings, TimingSettings
+from baton.core.tokens import Scope
+from baton.service.tokens import create_token
 from baton.storage.control.organisations import create_organisation
 from baton.storage.engine import Store
 from baton.storage.queues import operations as queues
@@ -67,6 +69,12 @@ def pop(
 def finish(store: Store, task_id: uuid.UUID | str, status: TaskStatus = TaskStatus.COMPLETED) -> dict[str, Any]:
     with store.session() as session:
         return queues.change_status(session, uuid.UUID(str(task_id)), status, utcnow())
+
+
+def named_tokens(store: Store, scopes_by_name: dict[str, list[Scope]]) -> dict[str, str]:
+    """A token per name, with its scopes: {name: token}."""
+    with store.session() as session:
+        return {name: create_token(session, name, scopes) for name, scopes in scopes_by_name.items()}
 
 
 def bearer(token: str) -> dict[str, str]:

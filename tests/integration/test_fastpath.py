@@ -16,9 +16,9 @@ from baton.core.errors import DatabaseUnavailableError
 from baton.core.queueing import PushRequest
 from baton.core.settings import Settings
 from baton.runtime import build_app
-from baton.service.tokens import Scope, create_token
+from baton.service.tokens import Scope
 from baton.storage.engine import Store
-from harness.factories import add_organisation, bearer, push
+from harness.factories import add_organisation, bearer, named_tokens, push
 
 ALL_KEYS = {
     "id",
@@ -256,11 +256,7 @@ def test_a_push_that_fails_is_answered_where_it_failed_and_not_run_again(
 
 def test_the_fast_push_keeps_to_the_push_scope(store: Store) -> None:
     add_organisation(store, "acme", maxsize=0)
-    with store.session() as session:
-        tokens = {
-            name: create_token(session, name, scopes)
-            for name, scopes in {"feeder": [Scope.PUSH], "runner": [Scope.POP], "boss": [Scope.ADMIN]}.items()
-        }
+    tokens = named_tokens(store, {"feeder": [Scope.PUSH], "runner": [Scope.POP], "boss": [Scope.ADMIN]})
     settings = Settings(database_url=store.url, auth="on")
     with TestClient(build_app(settings, store)) as client:
         path = "/queues/boefje-acme/push"
@@ -411,11 +407,7 @@ def test_task_requests_the_fast_path_leaves_get_the_routes_answers(
 
 def test_the_fast_task_requests_keep_to_their_scopes(store: Store) -> None:
     add_organisation(store, "acme", maxsize=0)
-    with store.session() as session:
-        tokens = {
-            name: create_token(session, name, scopes)
-            for name, scopes in {"feeder": [Scope.PUSH], "runner": [Scope.POP], "reader": [Scope.READ]}.items()
-        }
+    tokens = named_tokens(store, {"feeder": [Scope.PUSH], "runner": [Scope.POP], "reader": [Scope.READ]})
     settings = Settings(database_url=store.url, auth="on")
     with TestClient(build_app(settings, store)) as client:
         pushed = client.post("/queues/boefje-acme/push", content=push_body(), headers=bearer(tokens["feeder"]))

@@ -14,22 +14,17 @@ from fastapi.testclient import TestClient
 from baton.api.security import AuthenticatedRoute, required_scope
 from baton.core.settings import Settings
 from baton.runtime import build_app
-from baton.service.tokens import Scope, create_token
+from baton.service.tokens import Scope
 from baton.storage.engine import Store
-from harness.factories import bearer
+from harness.factories import bearer, named_tokens
 
 
 @pytest.fixture
 def secured(store: Store) -> Iterator[tuple[TestClient, dict[str, str]]]:
-    tokens = {}
-    with store.session() as session:
-        for name, scopes in {
-            "reader": [Scope.READ],
-            "runner": [Scope.READ, Scope.POP],
-            "feeder": [Scope.PUSH],
-            "boss": [Scope.ADMIN],
-        }.items():
-            tokens[name] = create_token(session, name, scopes)
+    tokens = named_tokens(
+        store,
+        {"reader": [Scope.READ], "runner": [Scope.READ, Scope.POP], "feeder": [Scope.PUSH], "boss": [Scope.ADMIN]},
+    )
     settings = Settings(database_url=store.url, auth="on", max_body_bytes=4096)
     with TestClient(build_app(settings, store)) as client:
         yield client, tokens

@@ -17,7 +17,7 @@ from baton.core.model import SchedulerState, TaskStatus, utcnow
 from baton.core.settings import Settings
 from baton.runtime import broker_queues, build_app, metrics_for, queue_service_for, status_service_for
 from baton.service.status import BrokerProbe, PageRequest, RateSampler, StatusService, TaskFilter
-from baton.service.tokens import Scope, create_token
+from baton.service.tokens import Scope
 from baton.storage.control import scheduler_leases
 from baton.storage.control import workers as worker_rows
 from baton.storage.control.leadership import report_leadership
@@ -26,7 +26,7 @@ from baton.storage.engine import Store
 from baton.storage.queues.status_reads import failed_since
 from baton.storage.tables import LeaderRecord, Task
 from baton.ui.render import render
-from harness.factories import add_organisation, bearer, finish, pop, push
+from harness.factories import add_organisation, bearer, finish, named_tokens, pop, push
 
 
 def fail(store: Store, queue: str, count: int = 1, task_hash: str | None = None) -> list[str]:
@@ -370,13 +370,10 @@ def test_requeue_keeps_the_queue_rules(client: TestClient, store: Store) -> None
 
 @pytest.fixture
 def secured(store: Store) -> Iterator[tuple[TestClient, dict[str, str]]]:
-    with store.session() as session:
-        tokens = {
-            "reader": create_token(session, "reader", [Scope.READ]),
-            "runner": create_token(session, "runner", [Scope.READ, Scope.POP]),
-            "boss": create_token(session, "boss", [Scope.ADMIN]),
-            "feeder": create_token(session, "feeder", [Scope.PUSH]),
-        }
+    tokens = named_tokens(
+        store,
+        {"reader": [Scope.READ], "runner": [Scope.READ, Scope.POP], "boss": [Scope.ADMIN], "feeder": [Scope.PUSH]},
+    )
     with TestClient(build_app(Settings(database_url=store.url, auth="on"), store)) as client:
         yield client, tokens
 
