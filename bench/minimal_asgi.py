@@ -104,17 +104,21 @@ async def insert(body: bytes) -> tuple[int, bytes]:
 
 async def statement_pop(_body: bytes) -> tuple[int, bytes]:
     async with (await push_pool()).connection() as conn:
-        cursor = await conn.execute(POP_SQL, {**POP_PARAMS, "now_": utcnow()})
-        row = await cursor.fetchone()
-        names = [column.name for column in cursor.description or ()]
-    return 200, orjson.dumps(dict(zip(names, row, strict=True)) if row else None, default=str)
+        return 200, await row_answer(await conn.execute(POP_SQL, {**POP_PARAMS, "now_": utcnow()}))
+
+
+async def row_answer(cursor: Any) -> bytes:
+    """The statement's first row as a JSON object (null without one)."""
+    row = await cursor.fetchone()
+    names = [column.name for column in cursor.description or ()]
+    return orjson.dumps(dict(zip(names, row, strict=True)) if row else None, default=str)
 
 
 async def statement_push(body: bytes) -> tuple[int, bytes]:
     """Baton's own push statement (Baton's dialect: the queue's checks, deduplication, the fair tag)."""
     task = orjson.loads(body)
     request = PushRequest(TARGET.queue, task["priority"], task["data"], task["hash"], task_id=uuid.uuid4())
-    return await run_push(request, 201)
+    return 201, await run_push(request)
 
 
 async def statement_boefje_push(body: bytes) -> tuple[int, bytes]:
@@ -134,18 +138,15 @@ async def statement_boefje_push(body: bytes) -> tuple[int, bytes]:
         on_duplicate="refuse",
         schedule=schedule,
     )
-    return await run_push(request, 201)
+    return 201, await run_push(request)
 
 
-async def run_push(request: PushRequest, status: int) -> tuple[int, bytes]:
+async def run_push(request: PushRequest) -> bytes:
+    """Baton's push statement for `request`, sent as its queue door sends it (binary results)."""
     sql, defaults = compiled(PushStatement(request.on_duplicate, request.schedule is not None))
     params = {**defaults, **push_params(request, utcnow(), encode=lambda document: orjson.dumps(document).decode())}
     async with (await push_pool()).connection() as conn:
-        cursor = conn.cursor(binary=True)
-        await cursor.execute(sql, params)
-        row = await cursor.fetchone()
-        names = [column.name for column in cursor.description or ()]
-    return status, orjson.dumps(dict(zip(names, row, strict=True)) if row else None, default=str)
+        return await row_answer(await conn.cursor(binary=True).execute(sql, params))
 
 
 app = serving(store_pop)
